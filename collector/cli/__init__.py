@@ -1,0 +1,48 @@
+"""``draudit`` command line: one click module per command group, registered below."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+from collector import __version__
+from collector.errors import UserError
+
+# Each module defines ``commands``: a list of click commands/groups added to ``draudit``.
+COMMAND_MODULES = [
+    "collector.cli.db",
+]
+
+
+class _Main(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            click.echo(f"draudit: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="draudit")
+@click.option("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (env DRAUDIT_LOG_LEVEL).")
+def cli(log_level: str | None) -> None:
+    """draudit: which physical GPU served which transaction — evidence for DORA/NIS2 audits."""
+    import os
+
+    level = (log_level or os.environ.get("DRAUDIT_LOG_LEVEL") or "WARNING").upper()
+    logging.basicConfig(level=getattr(logging, level, logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+for _name in COMMAND_MODULES:
+    for _cmd in importlib.import_module(_name).commands:
+        cli.add_command(_cmd)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="draudit")

@@ -1,0 +1,82 @@
+"""``draudit db upgrade|current|downgrade`` and ``draudit ledger verify``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
+from collector.store import migrate
+from collector.store.db import make_engine
+
+
+@click.group("db")
+def db_group() -> None:
+    """Create and migrate the store's schema (Alembic)."""
+
+
+@db_group.command("upgrade")
+@click.argument("revision", default="head")
+@database_option
+def db_upgrade(revision: str, database_url: str | None) -> None:
+    """Upgrade the schema to REVISION (default: head)."""
+    settings = settings_from(database_url=database_url)
+    engine = make_engine(settings.database_url)
+    migrate.upgrade(engine, revision)
+    click.echo(f"database {engine.url.render_as_string(hide_password=True)} at revision {migrate.current_revision(engine)}")
+
+
+@db_group.command("downgrade")
+@click.argument("revision")
+@database_option
+def db_downgrade(revision: str, database_url: str | None) -> None:
+    """Downgrade the schema to REVISION (``base`` drops every draudit table)."""
+    settings = settings_from(database_url=database_url)
+    engine = make_engine(settings.database_url)
+    migrate.downgrade(engine, revision)
+    click.echo(f"database {engine.url.render_as_string(hide_password=True)} at revision {migrate.current_revision(engine) or 'base'}")
+
+
+@db_group.command("current")
+@database_option
+def db_current(database_url: str | None) -> None:
+    """Print the schema revision of the database and of this draudit version."""
+    settings = settings_from(database_url=database_url)
+    engine = make_engine(settings.database_url)
+    current = migrate.current_revision(engine)
+    head = migrate.head_revision()
+    state = "up to date" if current == head else ("not migrated" if current is None else "needs `draudit db upgrade`")
+    click.echo(f"current: {current or 'base'}\nhead:    {head}\n{state}")
+
+
+@click.group("ledger")
+def ledger_group() -> None:
+    """The tamper-evident hash chain over stored evidence."""
+
+
+@ledger_group.command("verify")
+@database_option
+@output_option
+def ledger_verify(database_url: str | None, output: str) -> None:
+    """Recompute the hash chain and every covered row; exit 1 naming the first broken entry."""
+    from collector.store.ledger import verify
+
+    settings = settings_from(database_url=database_url)
+    _engine, sessions = open_store(settings)
+    with sessions() as session:
+        result = verify(session)
+    if output == "json":
+        brk = result.first_break
+        echo_json({"ok": result.ok, "entries": result.entries, "head_seq": result.head.seq,
+                   "head_hash": result.head.entry_hash,
+                   "first_break": None if brk is None else {"seq": brk.seq, "table": brk.table_name,
+                                                            "key": brk.row_key, "problem": brk.problem}})
+    elif result.ok:
+        click.echo(f"ledger intact: {result.entries} entries, head {result.head.seq} {result.head.entry_hash}")
+    else:
+        click.echo(f"ledger BROKEN after {result.entries} good entries: {result.first_break.describe()}")
+    sys.exit(0 if result.ok else 1)
+
+
+commands = [db_group, ledger_group]

@@ -1,0 +1,47 @@
+"""Options shared by commands (``--database-url``, ``--output``) and the store they open."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import click
+
+from collector.settings import Settings, load_settings
+from collector.store.db import make_engine, make_session_factory
+from collector.store.migrate import require_current_schema
+
+
+def database_option(fn: Callable) -> Callable:
+    """Add ``--database-url`` (env ``DRAUDIT_DATABASE_URL``, default ``sqlite:///./draudit.db``)."""
+    return click.option("--database-url", "database_url", default=None, metavar="URL",
+                        help="SQLAlchemy URL: sqlite:///draudit.db or postgresql://user@host/db "
+                             "(env DRAUDIT_DATABASE_URL).")(fn)
+
+
+def output_option(fn: Callable) -> Callable:
+    """Add ``--output table|json``."""
+    return click.option("--output", "output", type=click.Choice(["table", "json"]), default="table",
+                        show_default=True, help="Human table or one JSON document for scripts.")(fn)
+
+
+def settings_from(**overrides: Any) -> Settings:
+    """Settings from the environment with the given CLI overrides (``None`` = not given)."""
+    return load_settings(**overrides)
+
+
+def open_store(settings: Settings, *, check_schema: bool = True):
+    """Engine and session factory for ``settings.database_url``.
+
+    Raises:
+        UserError: bad URL, unreachable database, or a schema not at this version's head.
+    """
+    engine = make_engine(settings.database_url)
+    if check_schema:
+        require_current_schema(engine)
+    return engine, make_session_factory(engine)
+
+
+def echo_json(value: Any) -> None:
+    """Print exactly one JSON document on stdout."""
+    click.echo(json.dumps(value, indent=2, sort_keys=False, default=str))

@@ -1,0 +1,1 @@
+"""The versioned SQL store: models, engine and sessions, the hash-chained ledger."""

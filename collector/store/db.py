@@ -1,0 +1,100 @@
+"""Engines and sessions for SQLite (embedded default) and PostgreSQL (production).
+
+SQLite runs in WAL mode with a busy timeout, foreign keys on, and SQLAlchemy's recommended
+explicit ``BEGIN`` so reads inside a transaction see one snapshot. Connection problems surface as
+``UserError`` with the fix, never as a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from collector.errors import UserError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalise_url(url: str) -> str:
+    """Map ``postgresql://`` and ``postgres://`` URLs to the psycopg 3 driver we ship.
+
+    Raises:
+        UserError: the URL cannot be parsed or names a backend we do not support.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(
+            f"database URL {url!r} is not a URL; use sqlite:///path/to/draudit.db or "
+            "postgresql://user@host:5432/dbname (DRAUDIT_DATABASE_URL or --database-url)"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif backend != "sqlite":
+        raise UserError(
+            f"database URL {parsed.render_as_string(hide_password=True)!r}: backend {backend!r} is not supported; "
+            "use sqlite:/// or postgresql://"
+        )
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """Create an engine for ``url`` with draudit's connection settings.
+
+    Raises:
+        UserError: bad URL or unsupported backend (connection is not attempted here).
+    """
+    url = normalise_url(url)
+    try:
+        if url.startswith("sqlite"):
+            engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+            _configure_sqlite(engine)
+        else:
+            engine = create_engine(url, pool_pre_ping=True, **kwargs)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise UserError(f"database URL cannot be used: {exc}") from None
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # let SQLAlchemy emit BEGIN itself (see below)
+        cur = dbapi_conn.cursor()
+        if engine.url.database not in (None, "", ":memory:"):
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+
+def check_connection(engine: Engine) -> None:
+    """Open one connection to prove the database is reachable.
+
+    Raises:
+        UserError: naming the database and the likely fix.
+    """
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        where = engine.url.render_as_string(hide_password=True)
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise UserError(
+            f"cannot connect to database {where}: {reason} — start the database or fix DRAUDIT_DATABASE_URL / --database-url"
+        ) from None
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Session factory bound to ``engine``; sessions do not expire objects on commit."""
+    return sessionmaker(bind=engine, expire_on_commit=False)

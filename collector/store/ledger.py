@@ -1,0 +1,270 @@
+"""The append-only ledger: a hash chain over every row that evidence depends on.
+
+Entry ``n`` covers one row (table, primary key) and stores
+``content_hash = SHA-256(canonical_json(row content))`` and
+``entry_hash = SHA-256(entry[n-1].entry_hash || content_hash)`` (the genesis predecessor is 64
+zeros). Separating the leaf hash from the chain, as Certificate Transparency does (RFC 9162 §2.1),
+lets ``verify`` check the chain even for rows that retention has deleted (tombstones), and check
+each surviving row against its leaf.
+
+Appends are serialised: PostgreSQL takes a transaction-scoped advisory lock, SQLite takes the
+database write lock by updating the head row first. Either way the head read and the entry writes
+happen in the caller's transaction, so a rollback leaves no trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from sqlalchemy import Table, func, insert, select, text
+from sqlalchemy.orm import Session
+
+from collector.store.canonical import GENESIS_HASH, canonical_json, chain_hash, sha256_hex
+from collector.store.models import Base, LedgerEntry, LedgerHead
+
+CHAIN = "main"
+_PG_LOCK_KEY = 0x6472617564  # "draud": the advisory lock id of the ledger chain
+VERIFY_BATCH = 5_000
+
+
+def ledgered_table(name: str) -> Table:
+    """The SQLAlchemy ``Table`` called ``name``; it must have a single-column primary key.
+
+    Raises:
+        KeyError: no such table in the metadata.
+    """
+    import collector.store.schema  # noqa: F401  (registers every model module on Base.metadata)
+
+    return Base.metadata.tables[name]
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value
+
+
+def row_content(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The content of a row that the ledger covers: every column of ``table``, normalised.
+
+    Datetimes become ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (UTC, µs) so that the value written and the
+    value read back (SQLite text, PostgreSQL timestamptz) hash the same.
+    """
+    return {col.name: _normalise(row.get(col.name)) for col in table.columns}
+
+
+def leaf_hash(table: Table, row: Mapping[str, Any]) -> str:
+    """``SHA-256(canonical_json(row_content(table, row)))`` as lower-case hex."""
+    return sha256_hex(canonical_json(row_content(table, row)))
+
+
+def _pk(table: Table):
+    cols = list(table.primary_key.columns)
+    if len(cols) != 1:
+        raise ValueError(f"table {table.name} needs a single-column primary key to be ledgered")
+    return cols[0]
+
+
+@dataclass(frozen=True)
+class Head:
+    """Position of the chain: last sequence number (0 when empty) and its entry hash."""
+
+    seq: int
+    entry_hash: str
+
+
+def _lock_and_read_head(session: Session) -> Head:
+    now = datetime.now(timezone.utc)
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+    else:
+        # The first write of the transaction takes SQLite's RESERVED lock: one appender at a time.
+        session.execute(text("UPDATE ledger_head SET seq = seq WHERE chain = :c"), {"c": CHAIN})
+    head = session.execute(select(LedgerHead).where(LedgerHead.chain == CHAIN)).scalar_one_or_none()
+    if head is None:
+        session.add(LedgerHead(chain=CHAIN, seq=0, entry_hash=GENESIS_HASH, updated_at=now))
+        session.flush()
+        return Head(0, GENESIS_HASH)
+    return Head(head.seq, head.entry_hash)
+
+
+def append(session: Session, table_name: str, rows: Sequence[Mapping[str, Any]]) -> Head:
+    """Append one ledger entry per row of ``table_name`` (rows already inserted, with their keys).
+
+    Args:
+        session: the session whose transaction also inserted the rows; commit is the caller's.
+        table_name: a table with a single-column primary key.
+        rows: column → value mappings as stored (must include the primary key).
+
+    Returns:
+        The new head. An empty ``rows`` appends nothing.
+    """
+    if not rows:
+        return current_head(session)
+    table = ledgered_table(table_name)
+    pk = _pk(table)
+    return _append_entries(session, ((table_name, str(r[pk.name]), "insert", leaf_hash(table, r), None) for r in rows))
+
+
+def append_tombstone(session: Session, table_name: str, row: Mapping[str, Any], reason: str) -> Head:
+    """Record that a covered row is being deleted (retention), before the caller deletes it.
+
+    The tombstone content names the table, the key, the deleted row's leaf hash and the reason, so
+    the chain still accounts for the row after it is gone.
+    """
+    table = ledgered_table(table_name)
+    key = str(row[_pk(table).name])
+    tomb = {"table": table_name, "key": key, "leaf": leaf_hash(table, row), "reason": reason}
+    return _append_entries(session, [(table_name, key, "tombstone", sha256_hex(canonical_json(tomb)), tomb)])
+
+
+def _append_entries(session: Session, entries: Iterable[tuple[str, str, str, str, Any]]) -> Head:
+    head = _lock_and_read_head(session)
+    now = datetime.now(timezone.utc)
+    seq, prev = head.seq, head.entry_hash
+    batch: list[dict[str, Any]] = []
+    for table_name, key, op, leaf, tomb in entries:
+        seq += 1
+        entry_hash = chain_hash(prev, leaf.encode("ascii"))
+        batch.append({"seq": seq, "table_name": table_name, "row_key": key, "op": op, "content_hash": leaf,
+                      "prev_hash": prev, "entry_hash": entry_hash, "tombstone": tomb, "appended_at": now})
+        prev = entry_hash
+    if batch:
+        session.execute(insert(LedgerEntry), batch)
+        session.execute(
+            LedgerHead.__table__.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=prev, updated_at=now)
+        )
+    return Head(seq, prev)
+
+
+def current_head(session: Session) -> Head:
+    """The head as recorded (no lock taken); ``Head(0, GENESIS_HASH)`` for an empty chain."""
+    head = session.execute(select(LedgerHead).where(LedgerHead.chain == CHAIN)).scalar_one_or_none()
+    return Head(head.seq, head.entry_hash) if head else Head(0, GENESIS_HASH)
+
+
+@dataclass(frozen=True)
+class Break:
+    """The first problem ``verify`` found: which entry, which row, what is wrong."""
+
+    seq: int | None
+    table_name: str | None
+    row_key: str | None
+    problem: str
+
+    def describe(self) -> str:
+        where = f"ledger entry {self.seq}" if self.seq is not None else "ledger"
+        if self.table_name:
+            where += f" ({self.table_name} key {self.row_key})"
+        return f"{where}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of ``verify``: entries checked, the head, and the first break (None when intact)."""
+
+    entries: int
+    head: Head
+    first_break: Break | None
+
+    @property
+    def ok(self) -> bool:
+        return self.first_break is None
+
+
+def _entries(session: Session) -> Iterator[list[LedgerEntry]]:
+    last = 0
+    while True:
+        batch = list(
+            session.execute(select(LedgerEntry).where(LedgerEntry.seq > last).order_by(LedgerEntry.seq).limit(VERIFY_BATCH)).scalars()
+        )
+        if not batch:
+            return
+        yield batch
+        last = batch[-1].seq
+
+
+def _rows_by_key(session: Session, table_name: str, keys: list[str]) -> dict[str, Mapping[str, Any]]:
+    table = ledgered_table(table_name)
+    pk = _pk(table)
+    typed = [int(k) for k in keys] if pk.type.python_type is int else keys
+    rows = session.execute(select(table).where(pk.in_(typed))).mappings()
+    return {str(r[pk.name]): r for r in rows}
+
+
+def verify(session: Session) -> VerifyResult:
+    """Recompute the whole chain and every covered row; report the first break.
+
+    Checks, in sequence order: numbering is dense from 1 (a deleted entry leaves a hole),
+    ``prev_hash`` links to the previous entry, ``entry_hash`` recomputes, each covered row still
+    exists (unless a tombstone accounts for it) and hashes to its ``content_hash``, the recorded
+    head matches the last entry (a truncated tail shows), and every row of a covered table has an
+    entry (a row added or an entry deleted behind the ledger's back shows).
+    """
+    tombstoned = {
+        (t, k) for t, k in session.execute(select(LedgerEntry.table_name, LedgerEntry.row_key).where(LedgerEntry.op == "tombstone"))
+    }
+    expected_seq, prev = 1, GENESIS_HASH
+    count = 0
+    for batch in _entries(session):
+        by_table: dict[str, list[str]] = {}
+        for e in batch:
+            if e.op == "insert":
+                by_table.setdefault(e.table_name, []).append(e.row_key)
+        rows = {t: _rows_by_key(session, t, keys) for t, keys in by_table.items()}
+        for e in batch:
+            brk = _check_entry(e, expected_seq, prev, rows, tombstoned)
+            if brk:
+                return VerifyResult(count, Head(expected_seq - 1, prev), brk)
+            expected_seq, prev, count = e.seq + 1, e.entry_hash, count + 1
+    head = current_head(session)
+    if head.seq != count or head.entry_hash != prev:
+        return VerifyResult(count, Head(count, prev), Break(
+            count + 1 if head.seq > count else head.seq, None, None,
+            f"recorded head is entry {head.seq} but the chain ends at entry {count}: entries were deleted from the tail"
+            if head.seq > count else "recorded head does not match the last entry's hash"))
+    brk = _check_uncovered_rows(session)
+    return VerifyResult(count, Head(count, prev), brk)
+
+
+def _check_entry(e: LedgerEntry, expected_seq: int, prev: str, rows: dict[str, dict[str, Mapping[str, Any]]],
+                 tombstoned: set[tuple[str, str]]) -> Break | None:
+    if e.seq != expected_seq:
+        return Break(expected_seq, None, None, f"entry missing (next entry present is {e.seq})")
+    if e.prev_hash != prev:
+        return Break(e.seq, e.table_name, e.row_key, "prev_hash does not link to the previous entry")
+    if chain_hash(prev, e.content_hash.encode("ascii")) != e.entry_hash:
+        return Break(e.seq, e.table_name, e.row_key, "entry_hash does not recompute")
+    if e.op == "tombstone":
+        if sha256_hex(canonical_json(e.tombstone)) != e.content_hash:
+            return Break(e.seq, e.table_name, e.row_key, "tombstone record was altered")
+        return None
+    row = rows.get(e.table_name, {}).get(e.row_key)
+    if row is None:
+        if (e.table_name, e.row_key) in tombstoned:
+            return None
+        return Break(e.seq, e.table_name, e.row_key, "covered row was deleted")
+    if leaf_hash(ledgered_table(e.table_name), row) != e.content_hash:
+        return Break(e.seq, e.table_name, e.row_key, "covered row content was changed")
+    return None
+
+
+def _check_uncovered_rows(session: Session) -> Break | None:
+    tables = [t for (t,) in session.execute(select(LedgerEntry.table_name).distinct())]
+    for table_name in sorted(set(tables) | set(LEDGERED_TABLES)):
+        table = ledgered_table(table_name)
+        pk = _pk(table)
+        covered = select(LedgerEntry.row_key).where(LedgerEntry.table_name == table_name, LedgerEntry.op == "insert")
+        key_text = func.cast(pk, LedgerEntry.row_key.type)
+        stray = session.execute(select(pk).where(key_text.not_in(covered)).order_by(pk).limit(1)).scalar_one_or_none()
+        if stray is not None:
+            return Break(None, table_name, str(stray), "row has no ledger entry (inserted behind the ledger, or its entry was deleted)")
+    return None
+
+
+# Tables whose every row must be covered by the ledger. Stages register theirs here.
+LEDGERED_TABLES: set[str] = {"object_versions", "coverage_intervals", "quarantine"}

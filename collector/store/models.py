@@ -1,0 +1,385 @@
+"""SQLAlchemy 2 typed models: the single source of the schema (Alembic autogenerates from these).
+
+Time columns are either aware UTC datetimes (``UTCDateTime``, µs, named ``*_at``) or integer
+nanoseconds since the epoch (``*_ns``) for the interval tables that set-based SQL joins on.
+An open interval has ``valid_to_ns`` NULL.
+
+Tables, by the stage that writes them:
+- watcher: ``object_versions`` (every observed version, raw), ``watch_state`` (resume point),
+  ``coverage_intervals`` (synced / gap), ``quarantine`` (shared with ingestion);
+- projections (derived from ``object_versions``, rebuildable): ``pod_states``,
+  ``pod_claim_refs``, ``pod_container_claims``, ``allocation_episodes``, ``allocation_results``,
+  ``claim_consumers``, ``device_states``;
+- ingestion and lineage: ``inference_records``, ``lineage``;
+- policy: ``findings``; reports: ``evidence_packs``;
+- integrity: ``ledger`` and ``ledger_head``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# BIGINT primary keys on PostgreSQL; SQLite needs INTEGER PRIMARY KEY for rowid autoincrement.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+JsonDoc = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out, on every backend.
+
+    PostgreSQL stores ``timestamptz``; SQLite stores ISO text, which sorts correctly because every
+    value is normalised to UTC first. Naive values are rejected: we never guess a zone.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given for a UTC column")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every draudit table."""
+
+
+# --------------------------------------------------------------------------------------------
+# Watcher
+# --------------------------------------------------------------------------------------------
+
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "RELIST_ADDED", "RELIST_MODIFIED", "RELIST_DELETED")
+
+
+class ObjectVersion(Base):
+    """One observed version of one watched object, kept raw as the server sent it.
+
+    ``event_type`` is the watch event (ADDED/MODIFIED/DELETED) or, for changes inferred from a
+    relist diff after 410 Gone, ``RELIST_ADDED``/``RELIST_MODIFIED``/``RELIST_DELETED`` (an inferred
+    DELETED carries the last known state). Unique on (cluster, kind, uid, resource_version,
+    event_type): replays and duplicate deliveries are harmless.
+    """
+
+    __tablename__ = "object_versions"
+    __table_args__ = (
+        UniqueConstraint("cluster", "kind", "uid", "resource_version", "event_type", name="uq_object_versions_event"),
+        Index("ix_object_versions_kind_uid", "cluster", "kind", "uid", "id"),
+        Index("ix_object_versions_observed", "cluster", "kind", "observed_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    api_group: Mapped[str] = mapped_column(String(253))  # "" for the core group
+    api_version: Mapped[str] = mapped_column(String(32))  # version served, e.g. "v1", "v1beta1"
+    kind: Mapped[str] = mapped_column(String(63))
+    namespace: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    name: Mapped[str] = mapped_column(String(253))
+    uid: Mapped[str] = mapped_column(String(64))
+    resource_version: Mapped[str] = mapped_column(String(32))
+    event_type: Mapped[str] = mapped_column(String(20))
+    observed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    raw: Mapped[dict[str, Any]] = mapped_column(JsonDoc)
+    content_hash: Mapped[str] = mapped_column(String(64))
+
+
+class WatchState(Base):
+    """Resume point of one reflector and its current coverage state.
+
+    ``resource_version`` is the last resourceVersion whose rows are committed (a list RV, a live
+    event or a BOOKMARK). ``state`` is the open coverage interval (``synced`` or ``gap``) since
+    ``state_since_ns``; closed intervals move to ``coverage_intervals``, which is append-only.
+    """
+
+    __tablename__ = "watch_state"
+
+    cluster: Mapped[str] = mapped_column(String(253), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(63), primary_key=True)
+    api_version: Mapped[str] = mapped_column(String(32))
+    resource_version: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    synced: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(16), default="gap")  # synced | gap
+    state_since_ns: Mapped[int] = mapped_column(BigInteger)
+    state_from_rv: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    state_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class CoverageInterval(Base):
+    """A closed interval in which the watcher saw a kind completely (``'synced'``) or not (``'gap'``).
+
+    A gap runs from the moment the watcher lost the stream (last committed resourceVersion
+    ``from_rv``) until the relist that restored it (``to_rv``). Rows are written when the interval
+    closes and never change (the ledger covers them); the open interval lives in ``watch_state``.
+    """
+
+    __tablename__ = "coverage_intervals"
+    __table_args__ = (Index("ix_coverage_kind_time", "cluster", "kind", "started_ns"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    kind: Mapped[str] = mapped_column(String(63))
+    state: Mapped[str] = mapped_column(String(16))  # 'synced' | 'gap'
+    started_ns: Mapped[int] = mapped_column(BigInteger)
+    ended_ns: Mapped[int] = mapped_column(BigInteger)
+    from_rv: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    to_rv: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class Quarantine(Base):
+    """Input we could not accept, kept with the reason and its place so nothing is lost.
+
+    ``stage`` is ``watch`` (a watch-stream line or object) or ``ingest`` (a log line). ``source``
+    names the input (``watch:ResourceClaim``, a file path, ``http:<request id>``); ``position`` the
+    place in it (line number, byte offset). ``raw_text`` is PAN-masked before it is stored.
+    """
+
+    __tablename__ = "quarantine"
+    __table_args__ = (Index("ix_quarantine_stage", "stage", "received_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    stage: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(Text)
+    position: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    raw_text: Mapped[str] = mapped_column(Text)
+    raw_sha256: Mapped[str] = mapped_column(String(64))
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Projections (validity intervals [valid_from_ns, valid_to_ns), observation time of the collector)
+# --------------------------------------------------------------------------------------------
+
+
+class PodState(Base):
+    """A pod's placement and phase over an interval (pods that reference ResourceClaims only)."""
+
+    __tablename__ = "pod_states"
+    __table_args__ = (
+        Index("ix_pod_states_uid", "cluster", "pod_uid", "valid_from_ns"),
+        Index("ix_pod_states_name", "cluster", "namespace", "name", "valid_from_ns"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    pod_uid: Mapped[str] = mapped_column(String(64))
+    namespace: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str] = mapped_column(String(253))
+    node_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    phase: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    valid_from_ns: Mapped[int] = mapped_column(BigInteger)
+    valid_to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    source_version_id: Mapped[int] = mapped_column(BigId, ForeignKey("object_versions.id"))
+
+
+class PodClaimRef(Base):
+    """Pod claim name → the ResourceClaim it resolves to (by name or via resourceClaimStatuses)."""
+
+    __tablename__ = "pod_claim_refs"
+    __table_args__ = (Index("ix_pod_claim_refs_pod", "cluster", "pod_uid", "valid_from_ns"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    pod_uid: Mapped[str] = mapped_column(String(64))
+    namespace: Mapped[str] = mapped_column(String(253))
+    pod_claim_name: Mapped[str] = mapped_column(String(253))
+    claim_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    template_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    valid_from_ns: Mapped[int] = mapped_column(BigInteger)
+    valid_to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class PodContainerClaim(Base):
+    """Container → pod claim name → request (from the immutable pod spec; '' request = all)."""
+
+    __tablename__ = "pod_container_claims"
+    __table_args__ = (
+        UniqueConstraint("cluster", "pod_uid", "container_name", "pod_claim_name", "request",
+                         name="uq_pod_container_claims"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    pod_uid: Mapped[str] = mapped_column(String(64))
+    container_name: Mapped[str] = mapped_column(String(253))
+    init_container: Mapped[bool] = mapped_column(Boolean, default=False)
+    pod_claim_name: Mapped[str] = mapped_column(String(253))
+    request: Mapped[str] = mapped_column(String(253), default="")
+
+
+class AllocationEpisode(Base):
+    """One allocation of one ResourceClaim, keyed by (claim uid, first resourceVersion seen).
+
+    A claim that is deallocated and allocated again yields a second episode (dra-api.md §0.10).
+    """
+
+    __tablename__ = "allocation_episodes"
+    __table_args__ = (
+        UniqueConstraint("cluster", "claim_uid", "first_rv", name="uq_allocation_episodes"),
+        Index("ix_allocation_episodes_time", "cluster", "valid_from_ns", "valid_to_ns"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    claim_uid: Mapped[str] = mapped_column(String(64))
+    claim_namespace: Mapped[str] = mapped_column(String(253))
+    claim_name: Mapped[str] = mapped_column(String(253))
+    owner_pod_uid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    first_rv: Mapped[str] = mapped_column(String(32))
+    node_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    allocation_timestamp: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    scheduler_write_time: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    config: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+    valid_from_ns: Mapped[int] = mapped_column(BigInteger)
+    valid_to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    source_version_id: Mapped[int] = mapped_column(BigId, ForeignKey("object_versions.id"))
+
+
+class AllocationResult(Base):
+    """One device result of an allocation episode (``status.allocation.devices.results[]``)."""
+
+    __tablename__ = "allocation_results"
+    __table_args__ = (
+        Index("ix_allocation_results_device", "driver", "pool", "device"),
+        Index("ix_allocation_results_episode", "episode_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    episode_id: Mapped[int] = mapped_column(BigId, ForeignKey("allocation_episodes.id", ondelete="CASCADE"))
+    request: Mapped[str] = mapped_column(String(253))  # "req" or "req/subrequest"
+    driver: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str] = mapped_column(String(253))
+    device: Mapped[str] = mapped_column(String(253))
+    device_class_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    admin_access: Mapped[bool] = mapped_column(Boolean, default=False)
+    share_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    consumed_capacity: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+
+
+class ClaimConsumer(Base):
+    """A consumer in ``status.reservedFor`` of a claim during an allocation episode, over an interval."""
+
+    __tablename__ = "claim_consumers"
+    __table_args__ = (
+        Index("ix_claim_consumers_uid", "cluster", "consumer_uid", "valid_from_ns"),
+        Index("ix_claim_consumers_episode", "episode_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    claim_uid: Mapped[str] = mapped_column(String(64))
+    episode_id: Mapped[int] = mapped_column(BigId, ForeignKey("allocation_episodes.id", ondelete="CASCADE"))
+    consumer_api_group: Mapped[str] = mapped_column(String(253), default="")
+    consumer_resource: Mapped[str] = mapped_column(String(63))
+    consumer_name: Mapped[str] = mapped_column(String(253))
+    consumer_uid: Mapped[str] = mapped_column(String(64))
+    valid_from_ns: Mapped[int] = mapped_column(BigInteger)
+    valid_to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class DeviceState(Base):
+    """A device published in a ResourceSlice, with its attributes, over an interval.
+
+    Identity in the cluster is (driver, pool, device); the physical GPU is ``uuid`` for a full GPU
+    and ``parent_uuid`` for a MIG device (dra-api.md §6.3).
+    """
+
+    __tablename__ = "device_states"
+    __table_args__ = (
+        Index("ix_device_states_key", "cluster", "driver", "pool", "device", "valid_from_ns"),
+        Index("ix_device_states_uuid", "uuid"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    driver: Mapped[str] = mapped_column(String(253))
+    pool: Mapped[str] = mapped_column(String(253))
+    device: Mapped[str] = mapped_column(String(253))
+    slice_name: Mapped[str] = mapped_column(String(253))
+    pool_generation: Mapped[int] = mapped_column(BigInteger)
+    node_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    device_type: Mapped[str | None] = mapped_column(String(32), nullable=True)  # gpu | mig | vfio
+    uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    parent_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    physical_gpu_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    product_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    driver_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    memory_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    allow_multiple_allocations: Mapped[bool] = mapped_column(Boolean, default=False)
+    attributes: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+    capacity: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+    valid_from_ns: Mapped[int] = mapped_column(BigInteger)
+    valid_to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    source_version_id: Mapped[int] = mapped_column(BigId, ForeignKey("object_versions.id"))
+
+
+# --------------------------------------------------------------------------------------------
+# Integrity
+# --------------------------------------------------------------------------------------------
+
+
+class LedgerEntry(Base):
+    """One entry of the append-only hash chain.
+
+    ``entry_hash = SHA-256(prev_hash || canonical_json(content))`` where content is the covered
+    row's canonical content (``collector.store.ledger.row_content``) or, for ``op='tombstone'``,
+    the deletion record. Sequence numbers are dense from 1; a missing number is a deleted entry.
+    """
+
+    __tablename__ = "ledger"
+    __table_args__ = (Index("ix_ledger_row", "table_name", "row_key"),)
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    table_name: Mapped[str] = mapped_column(String(63))
+    row_key: Mapped[str] = mapped_column(String(128))
+    op: Mapped[str] = mapped_column(String(16), default="insert")  # insert | tombstone
+    content_hash: Mapped[str] = mapped_column(String(64))
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    entry_hash: Mapped[str] = mapped_column(String(64))
+    tombstone: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+    appended_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class LedgerHead(Base):
+    """The chain's head (last sequence number and hash), updated with every append.
+
+    Serves as the append lock (one writer at a time) and lets ``verify`` notice a truncated tail.
+    """
+
+    __tablename__ = "ledger_head"
+
+    chain: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    entry_hash: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
