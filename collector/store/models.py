@@ -383,3 +383,146 @@ class LedgerHead(Base):
     seq: Mapped[int] = mapped_column(BigInteger, default=0)
     entry_hash: Mapped[str] = mapped_column(String(64))
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# --------------------------------------------------------------------------------------------
+# Ingestion and lineage
+# --------------------------------------------------------------------------------------------
+
+
+class InferenceRecord(Base):
+    """One scored transaction as logged by the inference service, normalised (log-formats.md §7).
+
+    ``dedup_key`` is the SHA-256 of the canonical business content (transaction id, event time,
+    pod, container, model, decision...), independent of the envelope: the same transaction shipped
+    twice (retries, at-least-once delivery) is stored once. The same ``transaction_id`` arriving
+    with different content is stored again with ``conflict`` set, never overwritten.
+    """
+
+    __tablename__ = "inference_records"
+    __table_args__ = (
+        UniqueConstraint("dedup_key", name="uq_inference_records_dedup"),
+        Index("ix_inference_records_txn", "transaction_id"),
+        Index("ix_inference_records_time", "event_time_ns"),
+        Index("ix_inference_records_pod", "pod_uid", "event_time_ns"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    transaction_id: Mapped[str] = mapped_column(String(256))
+    event_time_ns: Mapped[int] = mapped_column(BigInteger)
+    event_time_precision_ns: Mapped[int] = mapped_column(BigInteger)
+    received_ns: Mapped[int] = mapped_column(BigInteger)
+    cluster: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    pod_uid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    pod_uid_source: Mapped[str | None] = mapped_column(String(16), nullable=True)  # envelope | resolved
+    pod_namespace: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    pod_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    container_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    node_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    model_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    model_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    decision: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    trace_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    span_id: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    source_format: Mapped[str] = mapped_column(String(32))
+    envelope: Mapped[str] = mapped_column(String(32))
+    source: Mapped[str] = mapped_column(Text)
+    position: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    raw_sha256: Mapped[str] = mapped_column(String(64))
+    dedup_key: Mapped[str] = mapped_column(String(64))
+    conflict: Mapped[bool] = mapped_column(Boolean, default=False)
+    attributes: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class Lineage(Base):
+    """Attribution of one inference record: transaction → pod → claim → device → physical GPU.
+
+    ``status`` is ``exact``, ``ambiguous`` or ``unattributed``; ``reason`` explains the last two
+    (``skew-window``, ``several-devices``, ``no-pod``, ``no-claim``, ``no-allocation``,
+    ``no-device-record``, ``coverage-gap``). Derived data: recomputable from the store.
+    """
+
+    __tablename__ = "lineage"
+    __table_args__ = (
+        Index("ix_lineage_status", "status"),
+        Index("ix_lineage_gpu", "physical_gpu_uuid"),
+    )
+
+    record_id: Mapped[int] = mapped_column(BigId, ForeignKey("inference_records.id", ondelete="CASCADE"), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    candidates: Mapped[int] = mapped_column(Integer, default=0)
+    pod_uid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    node_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    claim_uid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    claim_namespace: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    claim_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    request: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    episode_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    driver: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    pool: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    device: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    device_state_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    device_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    physical_gpu_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    product_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    mig_profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    attributed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# --------------------------------------------------------------------------------------------
+# Policy findings and evidence packs
+# --------------------------------------------------------------------------------------------
+
+
+class Finding(Base):
+    """A policy decision about the allocation history, stored with the bundle that produced it.
+
+    ``finding_key`` = SHA-256 of (rule, subjects, interval, period, bundle digest): re-evaluating
+    the same period with the same bundle is idempotent. Severities: critical, high, medium, low,
+    info; ``kind``: violation, warning, observation.
+    """
+
+    __tablename__ = "findings"
+    __table_args__ = (
+        UniqueConstraint("finding_key", name="uq_findings_key"),
+        Index("ix_findings_period", "period_from_ns", "period_to_ns"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    finding_key: Mapped[str] = mapped_column(String(64))
+    cluster: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    rule: Mapped[str] = mapped_column(String(128))
+    severity: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+    subjects: Mapped[Any] = mapped_column(JsonDoc)
+    evidence: Mapped[Any] = mapped_column(JsonDoc, nullable=True)
+    physical_gpu_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    from_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    period_from_ns: Mapped[int] = mapped_column(BigInteger)
+    period_to_ns: Mapped[int] = mapped_column(BigInteger)
+    bundle_revision: Mapped[str] = mapped_column(String(128))
+    bundle_digest: Mapped[str] = mapped_column(String(64))
+    engine: Mapped[str] = mapped_column(String(32))
+    evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class EvidencePack(Base):
+    """An evidence pack that was rendered: its id, period, where it was written, its manifest digest."""
+
+    __tablename__ = "evidence_packs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    pack_id: Mapped[str] = mapped_column(String(64), unique=True)
+    period_from_ns: Mapped[int] = mapped_column(BigInteger)
+    period_to_ns: Mapped[int] = mapped_column(BigInteger)
+    scope: Mapped[Any] = mapped_column(JsonDoc)
+    path: Mapped[str] = mapped_column(Text)
+    manifest_sha256: Mapped[str] = mapped_column(String(64))
+    ledger_head_seq: Mapped[int] = mapped_column(BigInteger)
+    ledger_head_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,8 +1,8 @@
-"""store foundation: object versions, watch state, coverage, quarantine, projections, ledger
+"""initial schema
 
 Revision ID: 0001_foundation
 Revises: 
-Create Date: 2026-11-29 20:46:08.788175
+Create Date: 2026-11-29 20:47:43.728045
 """
 from typing import Sequence, Union
 
@@ -33,6 +33,81 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('coverage_intervals', schema=None) as batch_op:
         batch_op.create_index('ix_coverage_kind_time', ['cluster', 'kind', 'started_ns'], unique=False)
+
+    op.create_table('evidence_packs',
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('pack_id', sa.String(length=64), nullable=False),
+    sa.Column('period_from_ns', sa.BigInteger(), nullable=False),
+    sa.Column('period_to_ns', sa.BigInteger(), nullable=False),
+    sa.Column('scope', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
+    sa.Column('path', sa.Text(), nullable=False),
+    sa.Column('manifest_sha256', sa.String(length=64), nullable=False),
+    sa.Column('ledger_head_seq', sa.BigInteger(), nullable=False),
+    sa.Column('ledger_head_hash', sa.String(length=64), nullable=False),
+    sa.Column('created_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('pack_id')
+    )
+    op.create_table('findings',
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('finding_key', sa.String(length=64), nullable=False),
+    sa.Column('cluster', sa.String(length=253), nullable=True),
+    sa.Column('rule', sa.String(length=128), nullable=False),
+    sa.Column('severity', sa.String(length=16), nullable=False),
+    sa.Column('kind', sa.String(length=16), nullable=False),
+    sa.Column('message', sa.Text(), nullable=False),
+    sa.Column('subjects', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=False),
+    sa.Column('evidence', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=True),
+    sa.Column('physical_gpu_uuid', sa.String(length=128), nullable=True),
+    sa.Column('from_ns', sa.BigInteger(), nullable=True),
+    sa.Column('to_ns', sa.BigInteger(), nullable=True),
+    sa.Column('period_from_ns', sa.BigInteger(), nullable=False),
+    sa.Column('period_to_ns', sa.BigInteger(), nullable=False),
+    sa.Column('bundle_revision', sa.String(length=128), nullable=False),
+    sa.Column('bundle_digest', sa.String(length=64), nullable=False),
+    sa.Column('engine', sa.String(length=32), nullable=False),
+    sa.Column('evaluated_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('finding_key', name='uq_findings_key')
+    )
+    with op.batch_alter_table('findings', schema=None) as batch_op:
+        batch_op.create_index('ix_findings_period', ['period_from_ns', 'period_to_ns'], unique=False)
+
+    op.create_table('inference_records',
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('transaction_id', sa.String(length=256), nullable=False),
+    sa.Column('event_time_ns', sa.BigInteger(), nullable=False),
+    sa.Column('event_time_precision_ns', sa.BigInteger(), nullable=False),
+    sa.Column('received_ns', sa.BigInteger(), nullable=False),
+    sa.Column('cluster', sa.String(length=253), nullable=True),
+    sa.Column('pod_uid', sa.String(length=64), nullable=True),
+    sa.Column('pod_uid_source', sa.String(length=16), nullable=True),
+    sa.Column('pod_namespace', sa.String(length=253), nullable=True),
+    sa.Column('pod_name', sa.String(length=253), nullable=True),
+    sa.Column('container_name', sa.String(length=253), nullable=True),
+    sa.Column('node_name', sa.String(length=253), nullable=True),
+    sa.Column('model_name', sa.String(length=253), nullable=True),
+    sa.Column('model_version', sa.String(length=64), nullable=True),
+    sa.Column('decision', sa.String(length=64), nullable=True),
+    sa.Column('latency_ms', sa.Float(), nullable=True),
+    sa.Column('trace_id', sa.String(length=32), nullable=True),
+    sa.Column('span_id', sa.String(length=16), nullable=True),
+    sa.Column('source_format', sa.String(length=32), nullable=False),
+    sa.Column('envelope', sa.String(length=32), nullable=False),
+    sa.Column('source', sa.Text(), nullable=False),
+    sa.Column('position', sa.String(length=64), nullable=True),
+    sa.Column('raw_sha256', sa.String(length=64), nullable=False),
+    sa.Column('dedup_key', sa.String(length=64), nullable=False),
+    sa.Column('conflict', sa.Boolean(), nullable=False),
+    sa.Column('attributes', sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql'), nullable=True),
+    sa.Column('run_id', sa.String(length=64), nullable=True),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('dedup_key', name='uq_inference_records_dedup')
+    )
+    with op.batch_alter_table('inference_records', schema=None) as batch_op:
+        batch_op.create_index('ix_inference_records_pod', ['pod_uid', 'event_time_ns'], unique=False)
+        batch_op.create_index('ix_inference_records_time', ['event_time_ns'], unique=False)
+        batch_op.create_index('ix_inference_records_txn', ['transaction_id'], unique=False)
 
     op.create_table('ledger',
     sa.Column('seq', sa.BigInteger(), autoincrement=False, nullable=False),
@@ -183,6 +258,34 @@ def upgrade() -> None:
         batch_op.create_index('ix_device_states_key', ['cluster', 'driver', 'pool', 'device', 'valid_from_ns'], unique=False)
         batch_op.create_index('ix_device_states_uuid', ['uuid'], unique=False)
 
+    op.create_table('lineage',
+    sa.Column('record_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
+    sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('reason', sa.String(length=32), nullable=True),
+    sa.Column('candidates', sa.Integer(), nullable=False),
+    sa.Column('pod_uid', sa.String(length=64), nullable=True),
+    sa.Column('node_name', sa.String(length=253), nullable=True),
+    sa.Column('claim_uid', sa.String(length=64), nullable=True),
+    sa.Column('claim_namespace', sa.String(length=253), nullable=True),
+    sa.Column('claim_name', sa.String(length=253), nullable=True),
+    sa.Column('request', sa.String(length=253), nullable=True),
+    sa.Column('episode_id', sa.BigInteger(), nullable=True),
+    sa.Column('driver', sa.String(length=253), nullable=True),
+    sa.Column('pool', sa.String(length=253), nullable=True),
+    sa.Column('device', sa.String(length=253), nullable=True),
+    sa.Column('device_state_id', sa.BigInteger(), nullable=True),
+    sa.Column('device_uuid', sa.String(length=128), nullable=True),
+    sa.Column('physical_gpu_uuid', sa.String(length=128), nullable=True),
+    sa.Column('product_name', sa.String(length=253), nullable=True),
+    sa.Column('mig_profile', sa.String(length=64), nullable=True),
+    sa.Column('attributed_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['record_id'], ['inference_records.id'], ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('record_id')
+    )
+    with op.batch_alter_table('lineage', schema=None) as batch_op:
+        batch_op.create_index('ix_lineage_gpu', ['physical_gpu_uuid'], unique=False)
+        batch_op.create_index('ix_lineage_status', ['status'], unique=False)
+
     op.create_table('pod_states',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('cluster', sa.String(length=253), nullable=False),
@@ -257,6 +360,11 @@ def downgrade() -> None:
         batch_op.drop_index('ix_pod_states_name')
 
     op.drop_table('pod_states')
+    with op.batch_alter_table('lineage', schema=None) as batch_op:
+        batch_op.drop_index('ix_lineage_status')
+        batch_op.drop_index('ix_lineage_gpu')
+
+    op.drop_table('lineage')
     with op.batch_alter_table('device_states', schema=None) as batch_op:
         batch_op.drop_index('ix_device_states_uuid')
         batch_op.drop_index('ix_device_states_key')
@@ -286,6 +394,17 @@ def downgrade() -> None:
         batch_op.drop_index('ix_ledger_row')
 
     op.drop_table('ledger')
+    with op.batch_alter_table('inference_records', schema=None) as batch_op:
+        batch_op.drop_index('ix_inference_records_txn')
+        batch_op.drop_index('ix_inference_records_time')
+        batch_op.drop_index('ix_inference_records_pod')
+
+    op.drop_table('inference_records')
+    with op.batch_alter_table('findings', schema=None) as batch_op:
+        batch_op.drop_index('ix_findings_period')
+
+    op.drop_table('findings')
+    op.drop_table('evidence_packs')
     with op.batch_alter_table('coverage_intervals', schema=None) as batch_op:
         batch_op.drop_index('ix_coverage_kind_time')
 
