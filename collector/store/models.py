@@ -12,6 +12,7 @@ Tables, by the stage that writes them:
   ``claim_consumers``, ``device_states``;
 - ingestion and lineage: ``inference_records``, ``lineage``;
 - policy: ``findings``; reports: ``evidence_packs``;
+- scheduler: ``apscheduler_jobs`` (APScheduler's job store), ``job_runs`` (outcome of each run);
 - integrity: ``ledger`` and ``ledger_head``.
 """
 
@@ -29,8 +30,10 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
+    Unicode,
     UniqueConstraint,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -526,3 +529,44 @@ class EvidencePack(Base):
     ledger_head_seq: Mapped[int] = mapped_column(BigInteger)
     ledger_head_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# --------------------------------------------------------------------------------------------
+# Scheduler
+# --------------------------------------------------------------------------------------------
+
+
+class SchedulerJob(Base):
+    """APScheduler 3's ``SQLAlchemyJobStore`` table, declared here so Alembic owns it.
+
+    Same name, columns and index as the table the job store would create
+    (``apscheduler.jobstores.sqlalchemy``): the store's own ``create(checkfirst=True)`` then finds
+    it and does nothing, the schema comparison stays clean and ``db downgrade base`` drops it.
+    ``next_run_time`` is POSIX seconds (UTC); ``job_state`` is the pickled job.
+    """
+
+    __tablename__ = "apscheduler_jobs"
+
+    id: Mapped[str] = mapped_column(Unicode(191), primary_key=True)
+    next_run_time: Mapped[float | None] = mapped_column(Float(25), index=True, nullable=True)
+    job_state: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class JobRun(Base):
+    """One run of a scheduled job (``collector.scheduler``): when, how it ended, and why it failed.
+
+    ``outcome`` is ``success``, ``error`` or ``skipped`` (a stage that is not installed);
+    ``summary`` is a short human line (rows attributed, pack written...). Operational record, not
+    evidence: not ledgered, and subject to retention like any other class.
+    """
+
+    __tablename__ = "job_runs"
+    __table_args__ = (Index("ix_job_runs_job", "job_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
