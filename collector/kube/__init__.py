@@ -1,0 +1,1 @@
+"""Kubernetes side: client configuration, discovery, the reflectors, projections, leader election."""

@@ -1,0 +1,372 @@
+"""The store side of the watcher: one writer thread that commits what the reflectors observed.
+
+The reflectors (protocol, no SQL) submit operations to one ordered queue; the writer drains it in
+batches and, per transaction, inserts object versions (replays absorbed by the unique key), appends
+their ledger entries, updates the projections, records quarantine and coverage, and only then
+stores each kind's resume resourceVersion. So the resume point never runs ahead of committed rows,
+and a crash at any moment loses nothing the server will not send again on resume.
+
+One writer also suits SQLite (one write transaction at a time) and makes leader fencing simple:
+before every commit the writer asks ``fence()`` whether this replica still holds the Lease, and
+rolls back otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from collector.kube.discovery import KindSpec
+from collector.kube.reflector import KnownObject, ObservedEvent
+from collector.store import ledger
+from collector.store.canonical import content_hash, sha256_hex
+from collector.store.models import CoverageInterval, ObjectVersion, Quarantine, WatchState
+from collector.timeutil import dt_to_ns, ns_to_dt, now_ns
+
+log = logging.getLogger(__name__)
+
+DELETED_TYPES = ("DELETED", "RELIST_DELETED")
+_VERSION_KEY = ["cluster", "kind", "uid", "resource_version", "event_type"]
+
+
+@dataclass
+class _Op:
+    kind: str  # events | resume | quarantine | synced | gap | barrier
+    spec: KindSpec | None
+    payload: Any = None
+    resume_rv: str | None = None
+    done: threading.Event | None = None
+
+
+@dataclass
+class KindStatus:
+    """What has been committed for one kind: resume point, coverage state, counters."""
+
+    resume_rv: str | None = None
+    state: str = "unknown"  # synced | gap | stopped | unknown
+    rows: int = 0
+    quarantined: int = 0
+
+
+class FencedOut(Exception):
+    """This replica lost the Lease: nothing may be committed any more."""
+
+
+class Recorder:
+    """Single-writer sink for every reflector of one cluster.
+
+    Args:
+        session_factory: sessions on the migrated store.
+        cluster: the cluster name stamped on every row.
+        fence: called right before each commit; False means "not the leader" → roll back.
+        metrics: optional ``collector.metrics.WatchMetrics``.
+        batch_max_events: events per transaction at most.
+        retry_delay_s: wait after a failed commit before retrying the same operations.
+    """
+
+    def __init__(self, session_factory: sessionmaker[Session], cluster: str, *, fence: Callable[[], bool] | None = None,
+                 metrics: Any = None, batch_max_events: int = 5_000, retry_delay_s: float = 1.0,
+                 queue_max: int = 100_000) -> None:
+        self.sessions = session_factory
+        self.cluster = cluster
+        self.fence = fence
+        self.metrics = metrics
+        self.batch_max_events = batch_max_events
+        self.retry_delay_s = retry_delay_s
+        self.queue: queue.Queue[_Op] = queue.Queue(maxsize=queue_max)
+        self.status: dict[str, KindStatus] = {}
+        self.fenced_out = threading.Event()
+        self.last_error: str | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._status_lock = threading.Lock()
+
+    # -- Sink interface (called from reflector threads) -----------------------------------------
+
+    def load_state(self, spec: KindSpec) -> tuple[str | None, dict[str, KnownObject]]:
+        """The stored resume point and the live objects (latest version not deleted) of ``spec.kind``."""
+        with self.sessions() as s:
+            state = s.get(WatchState, (self.cluster, spec.kind))
+            latest = (select(func.max(ObjectVersion.id)).where(ObjectVersion.cluster == self.cluster, ObjectVersion.kind == spec.kind)
+                      .group_by(ObjectVersion.uid))
+            rows = s.execute(select(ObjectVersion.uid, ObjectVersion.resource_version, ObjectVersion.event_type, ObjectVersion.raw)
+                             .where(ObjectVersion.id.in_(latest))).all()
+        known = {uid: KnownObject(uid, rv, raw) for uid, rv, et, raw in rows if et not in DELETED_TYPES}
+        with self._status_lock:
+            st = self.status.setdefault(spec.kind, KindStatus())
+            st.resume_rv = state.resource_version if state else None
+            st.state = state.state if state else "unknown"
+        return (state.resource_version if state else None), known
+
+    def submit_events(self, spec: KindSpec, events: list[ObservedEvent], resume_rv: str | None) -> None:
+        self._put(_Op("events", spec, events, resume_rv))
+
+    def submit_resume_point(self, spec: KindSpec, resume_rv: str) -> None:
+        self._put(_Op("resume", spec, None, resume_rv))
+
+    def submit_quarantine(self, spec: KindSpec, raw_text: str, reason: str, position: str | None) -> None:
+        self._put(_Op("quarantine", spec, (raw_text, reason, position)))
+
+    def submit_synced(self, spec: KindSpec, list_rv: str, at_ns: int) -> None:
+        self._put(_Op("synced", spec, at_ns, list_rv))
+
+    def submit_gap(self, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int) -> None:
+        self._put(_Op("gap", spec, (reason, at_ns), from_rv))
+
+    def _put(self, op: _Op) -> None:
+        if self.fenced_out.is_set():
+            return
+        self.queue.put(op)
+        if self.metrics:
+            self.metrics.queue_depth.set(self.queue.qsize())
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._run, name="draudit-recorder", daemon=True)
+        self._thread.start()
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything submitted so far is committed; False on timeout or fencing."""
+        done = threading.Event()
+        self._put(_Op("barrier", None, done=done))
+        return done.wait(timeout_s) and not self.fenced_out.is_set()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Commit what is queued, close open 'synced' coverage intervals, stop the thread."""
+        if self._thread is None:
+            return
+        self.flush(timeout_s)
+        self._stop.set()
+        self._thread.join(timeout_s)
+        if not self.fenced_out.is_set():
+            self._close_coverage(now_ns())
+
+    def kind_status(self, kind: str) -> KindStatus:
+        with self._status_lock:
+            st = self.status.get(kind) or KindStatus()
+            return KindStatus(st.resume_rv, st.state, st.rows, st.quarantined)
+
+    # -- the writer -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                first = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            ops = [first]
+            n_events = len(first.payload) if first.kind == "events" else 0
+            while n_events < self.batch_max_events:
+                try:
+                    op = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                ops.append(op)
+                if op.kind == "events":
+                    n_events += len(op.payload)
+            self._commit_with_retry(ops)
+            if self.metrics:
+                self.metrics.queue_depth.set(self.queue.qsize())
+
+    def _commit_with_retry(self, ops: list[_Op]) -> None:
+        while not self.fenced_out.is_set():
+            try:
+                self._commit(ops)
+                self.last_error = None
+                break
+            except FencedOut:
+                log.error("lost the leader Lease: stopped writing (nothing after the last commit was stored)")
+                self.fenced_out.set()
+                break
+            except Exception as exc:  # noqa: BLE001 - a database error must not kill the writer
+                self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                log.warning("commit failed (%s); retrying in %.1f s", self.last_error, self.retry_delay_s)
+                if self._stop.wait(self.retry_delay_s):
+                    break
+        for op in ops:
+            if op.done is not None:
+                op.done.set()
+
+    def _commit(self, ops: list[_Op]) -> None:
+        committed_rv: dict[str, str] = {}
+        states: dict[str, str] = {}
+        counts: dict[str, list[int]] = {}
+        lag_ns: list[int] = []
+        with self.sessions() as s:
+            with s.begin():
+                for op in ops:
+                    if op.kind == "barrier":
+                        continue
+                    kind = op.spec.kind
+                    c = counts.setdefault(kind, [0, 0])
+                    if op.kind == "events":
+                        c[0] += self._insert_versions(s, op.spec, op.payload)
+                        lag_ns.extend(ev.observed_ns for ev in op.payload)
+                    elif op.kind == "quarantine":
+                        self._insert_quarantine(s, op.spec, *op.payload)
+                        c[1] += 1
+                    elif op.kind == "synced":
+                        self._mark_synced(s, op.spec, op.payload, op.resume_rv)
+                        states[kind] = "synced"
+                    elif op.kind == "gap":
+                        self._mark_gap(s, op.spec, op.resume_rv, *op.payload)
+                        states[kind] = "gap"
+                    if op.resume_rv is not None and op.kind in ("events", "resume", "synced"):
+                        committed_rv[kind] = op.resume_rv
+                for kind, rv in committed_rv.items():
+                    self._store_resume_point(s, kind, rv)
+                if self.fence is not None and not self.fence():
+                    raise FencedOut()
+        now = now_ns()
+        with self._status_lock:
+            for kind, rv in committed_rv.items():
+                self.status.setdefault(kind, KindStatus()).resume_rv = rv
+            for kind, state in states.items():
+                self.status.setdefault(kind, KindStatus()).state = state
+            for kind, (rows, quarantined) in counts.items():
+                st = self.status.setdefault(kind, KindStatus())
+                st.rows += rows
+                st.quarantined += quarantined
+        if self.metrics:
+            for observed in lag_ns:
+                self.metrics.commit_lag.observe((now - observed) / 1e9)
+
+    # -- SQL -----------------------------------------------------------------------------------
+
+    def _insert_versions(self, s: Session, spec: KindSpec, events: list[ObservedEvent]) -> int:
+        rows = []
+        for ev in events:
+            meta = ev.raw.get("metadata") or {}
+            api_version = ev.raw.get("apiVersion") or spec.api_version
+            group, _, version = api_version.rpartition("/")
+            rows.append({
+                "cluster": self.cluster, "api_group": group, "api_version": version, "kind": spec.kind,
+                "namespace": meta.get("namespace"), "name": meta.get("name", ""), "uid": meta.get("uid", ""),
+                "resource_version": meta.get("resourceVersion", ""), "event_type": ev.event_type,
+                "observed_at": ns_to_dt(ev.observed_ns), "raw": ev.raw, "content_hash": content_hash(ev.raw),
+            })
+        if not rows:
+            return 0
+        ins = (postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert)(ObjectVersion)
+        by_key = {(r["uid"], r["resource_version"], r["event_type"]): r for r in rows}
+        result = []
+        for chunk in _chunks(rows, 500):  # multi-row VALUES; RETURNING gives only the new rows
+            stmt = ins.values(chunk).on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
+                ObjectVersion.id, ObjectVersion.uid, ObjectVersion.resource_version, ObjectVersion.event_type)
+            result.extend(s.execute(stmt).all())
+        inserted: list[dict] = []
+        for new_id, uid, rv, et in result:
+            row = by_key.get((uid, rv, et))
+            if row is not None:
+                inserted.append({**row, "id": new_id})
+        inserted.sort(key=lambda r: r["id"])
+        ledger.append(s, "object_versions", inserted)
+        from collector.kube.projections import apply_versions
+
+        apply_versions(s, inserted)
+        return len(inserted)
+
+    def _insert_quarantine(self, s: Session, spec: KindSpec, raw_text: str, reason: str, position: str | None) -> None:
+        raw_sha = sha256_hex(raw_text.encode("utf-8", "replace"))
+        source = f"watch:{self.cluster}/{spec.kind}"
+        exists = s.execute(select(Quarantine.id).where(Quarantine.stage == "watch", Quarantine.source == source,
+                                                       Quarantine.raw_sha256 == raw_sha)).first()
+        if exists:  # the same bad line re-delivered after a reconnect is recorded once
+            return
+        row = {"stage": "watch", "source": source, "position": position, "reason": reason[:2000],
+               "raw_text": raw_text, "raw_sha256": raw_sha, "received_at": datetime.now(timezone.utc), "run_id": None}
+        new_id = s.execute(insert(Quarantine).values(**row).returning(Quarantine.id)).scalar_one()
+        ledger.append(s, "quarantine", [{**row, "id": new_id}])
+
+    def _state(self, s: Session, kind: str) -> WatchState | None:
+        return s.get(WatchState, (self.cluster, kind))
+
+    def _store_resume_point(self, s: Session, kind: str, rv: str) -> None:
+        st = self._state(s, kind)
+        now = datetime.now(timezone.utc)
+        if st is None:
+            s.add(WatchState(cluster=self.cluster, kind=kind, api_version="", resource_version=rv, synced=False,
+                             state="unknown", state_since_ns=now_ns(), updated_at=now))
+        else:
+            st.resource_version = rv
+            st.updated_at = now
+        s.flush()
+
+    def _mark_synced(self, s: Session, spec: KindSpec, at_ns: int, rv: str | None) -> None:
+        st = self._ensure_state(s, spec, at_ns)
+        if st.state == "gap":
+            s_add_interval(s, self.cluster, spec.kind, "gap", st.state_since_ns, at_ns, st.state_from_rv, rv, st.state_reason)
+        elif st.state == "synced":
+            # The previous run ended without closing its interval (crash or SIGKILL): it was synced
+            # until its last commit; the resume succeeded, so nothing was lost in between.
+            last_alive = max(st.state_since_ns, dt_to_ns(st.updated_at))
+            s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, last_alive, st.state_from_rv, st.resource_version, None)
+        st.state, st.state_since_ns, st.state_from_rv, st.state_reason = "synced", at_ns, rv, None
+        st.synced = True
+        st.api_version = spec.version
+        st.updated_at = datetime.now(timezone.utc)
+        s.flush()
+
+    def _mark_gap(self, s: Session, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int) -> None:
+        st = self._ensure_state(s, spec, at_ns)
+        # Events after the last committed resume point may be lost: the gap starts at the last
+        # moment we know we were complete (last commit or bookmark), not when we noticed.
+        gap_start = min(at_ns, max(st.state_since_ns, dt_to_ns(st.updated_at)))
+        if st.state == "synced":
+            s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, gap_start, st.state_from_rv, from_rv, None)
+        if st.state != "gap":
+            st.state, st.state_since_ns, st.state_from_rv, st.state_reason = "gap", gap_start, from_rv, reason
+        st.synced = False
+        st.updated_at = datetime.now(timezone.utc)
+        s.flush()
+
+    def _ensure_state(self, s: Session, spec: KindSpec, at_ns: int) -> WatchState:
+        st = self._state(s, spec.kind)
+        if st is None:
+            st = WatchState(cluster=self.cluster, kind=spec.kind, api_version=spec.version, resource_version=None,
+                            synced=False, state="unknown", state_since_ns=at_ns, updated_at=datetime.now(timezone.utc))
+            s.add(st)
+            s.flush()
+        return st
+
+    def _close_coverage(self, at_ns: int) -> None:
+        """On a clean stop: close every open 'synced' interval at ``at_ns`` (state becomes 'stopped')."""
+        try:
+            with self.sessions() as s, s.begin():
+                for st in s.execute(select(WatchState).where(WatchState.cluster == self.cluster, WatchState.state == "synced")).scalars():
+                    s_add_interval(s, self.cluster, st.kind, "synced", st.state_since_ns, at_ns, st.state_from_rv, st.resource_version, None)
+                    st.state, st.state_since_ns, st.state_from_rv = "stopped", at_ns, st.resource_version
+                    st.synced = False
+                    st.updated_at = datetime.now(timezone.utc)
+                if self.fence is not None and not self.fence():
+                    raise FencedOut()
+        except FencedOut:
+            log.info("not the leader at shutdown: coverage left to the leader")
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not close coverage intervals at shutdown: %s", exc)
+
+
+def s_add_interval(s: Session, cluster: str, kind: str, state: str, started_ns: int, ended_ns: int,
+                   from_rv: str | None, to_rv: str | None, reason: str | None) -> None:
+    """Append one closed coverage interval and its ledger entry (intervals never change)."""
+    if ended_ns < started_ns:
+        ended_ns = started_ns
+    row = {"cluster": cluster, "kind": kind, "state": state, "started_ns": started_ns, "ended_ns": ended_ns,
+           "from_rv": from_rv, "to_rv": to_rv, "reason": reason}
+    new_id = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
+    ledger.append(s, "coverage_intervals", [{**row, "id": new_id}])
+
+
+def _chunks(seq: list, size: int):
+    for i in range(0, len(seq), size):
+        yield seq[i:i + size]

@@ -1,0 +1,180 @@
+"""Assembles the watcher: discovery → one reflector per kind → the recorder, under leader election.
+
+``Watcher`` owns threads and lifecycle only; the protocol is in ``collector.kube.reflector``, the
+SQL in ``collector.kube.recorder``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from collector.kube.discovery import KindSpec, discover_resource_version, watched_kinds
+from collector.kube.leader import LeaseElector
+from collector.kube.recorder import Recorder
+from collector.kube.reflector import Reflector, ReflectorSettings
+from collector.metrics import watch_metrics
+from collector.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def pod_references_claims(pod: dict[str, Any]) -> bool:
+    """Pods are kept only when they use DRA: ``spec.resourceClaims`` or an extended-resource claim.
+
+    Other pods cannot hold a DRA device, so recording them would only grow the store.
+    """
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return bool(spec.get("resourceClaims")) or bool(status.get("extendedResourceClaimStatus"))
+
+
+def model_validator(spec: KindSpec, obj: dict[str, Any]) -> None:
+    """Raise if the official client's model for ``spec`` rejects ``obj`` (e.g. a wrongly typed field).
+
+    Unknown fields are accepted (models ignore them; we store the raw object anyway).
+    """
+    model = getattr(kubernetes.client, spec.model, None)
+    if model is not None:
+        model.from_dict(obj)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Whether the watcher is ready (every kind synced, no gap, database reachable), and why not."""
+
+    ready: bool
+    reasons: list[str]
+
+
+class Watcher:
+    """Run the reflectors of one cluster into the store.
+
+    Args:
+        settings: configuration (cluster name, time bounds, leader election).
+        session_factory: sessions on the migrated store.
+        api_client: the official Kubernetes ``ApiClient``.
+        reflector_settings: overrides for the protocol's time bounds (tests use short ones).
+    """
+
+    def __init__(self, settings: Settings, session_factory: sessionmaker[Session], api_client: kubernetes.client.ApiClient,
+                 reflector_settings: ReflectorSettings | None = None) -> None:
+        self.settings = settings
+        self.sessions = session_factory
+        self.api = api_client
+        self.metrics = watch_metrics()
+        self.reflector_settings = reflector_settings or ReflectorSettings(
+            list_page_size=settings.list_page_size, watch_timeout_s=settings.watch_timeout_s,
+            read_timeout_s=settings.watch_read_timeout_s, backoff_initial_s=settings.backoff_initial_s,
+            backoff_max_s=settings.backoff_max_s)
+        self.elector: LeaseElector | None = None
+        self.recorder: Recorder | None = None
+        self.reflectors: list[Reflector] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.kinds: list[KindSpec] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Discover the API version, then start reflecting (now, or once elected leader)."""
+        self.kinds = watched_kinds(discover_resource_version(self.api))
+        log.info("watching %s in cluster %r", ", ".join(f"{k.kind} ({k.api_version})" for k in self.kinds), self.settings.cluster)
+        if self.settings.leader_elect:
+            self.elector = LeaseElector(self.api, self.settings.lease_namespace, self.settings.lease_name, self.settings.identity,
+                                        lease_duration_s=self.settings.lease_duration_s,
+                                        renew_deadline_s=self.settings.lease_duration_s * 2 / 3,
+                                        retry_period_s=self.settings.lease_duration_s * 2 / 15,
+                                        on_started_leading=self._start_reflecting, on_stopped_leading=self._stop_reflecting)
+            t = threading.Thread(target=self.elector.run, name="draudit-leader", daemon=True)
+            t.start()
+            self._threads.append(t)
+        else:
+            self._start_reflecting()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop reflectors, commit what was received, close coverage, release the Lease."""
+        self._stop_reflecting(timeout_s)
+        if self.elector:
+            self.elector.stop()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    def _start_reflecting(self) -> None:
+        with self._lock:
+            if self.recorder is not None:
+                return
+            fence = self.elector.is_leader if self.elector else None
+            self.recorder = Recorder(self.sessions, self.settings.cluster, fence=fence, metrics=self.metrics)
+            self.recorder.start()
+            self.reflectors = [
+                Reflector(spec, self.api, self.recorder, self.reflector_settings,
+                          keep=pod_references_claims if spec.kind == "Pod" else None,
+                          validate=model_validator, metrics=self.metrics)
+                for spec in self.kinds
+            ]
+            for r in self.reflectors:
+                t = threading.Thread(target=r.run, name=f"draudit-reflector-{r.spec.kind}", daemon=True)
+                t.start()
+                self._threads.append(t)
+            self.metrics.leader.set(1)
+
+    def _stop_reflecting(self, timeout_s: float = 10.0) -> None:
+        with self._lock:
+            for r in self.reflectors:
+                r.stop()
+            for t in [t for t in self._threads if t.name.startswith("draudit-reflector-")]:
+                t.join(timeout_s)
+            self._threads = [t for t in self._threads if not t.name.startswith("draudit-reflector-")]
+            if self.recorder is not None:
+                self.recorder.stop(timeout_s)
+            self.recorder = None
+            self.reflectors = []
+            self.metrics.leader.set(0)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def wait_synced(self, timeout_s: float = 60.0) -> bool:
+        """Block until every kind has synced and its rows are committed (``--exit-when-synced``)."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                reflectors, recorder = list(self.reflectors), self.recorder
+            if reflectors and recorder and all(r.synced.wait(0.05) for r in reflectors):
+                return recorder.flush(max(0.1, deadline - time.monotonic()))
+            threading.Event().wait(0.05)
+        return False
+
+    def readiness(self) -> Readiness:
+        """Ready when the database answers and every reflector is synced and not in a gap."""
+        reasons: list[str] = []
+        try:
+            with self.sessions() as s:
+                s.execute(text("SELECT 1"))
+        except Exception as exc:  # noqa: BLE001
+            reasons.append(f"database unreachable: {str(exc).splitlines()[0]}")
+        with self._lock:
+            reflectors, recorder = list(self.reflectors), self.recorder
+        if self.elector and not self.elector.is_leader():
+            reasons.append("standby: not the leader")
+        elif not reflectors:
+            reasons.append("not started")
+        for r in reflectors:
+            if r.in_gap:
+                reasons.append(f"{r.spec.kind}: in a coverage gap (relisting)")
+            elif not r.synced.is_set():
+                reasons.append(f"{r.spec.kind}: not synced yet")
+            self.metrics.synced.labels(r.spec.kind).set(1 if r.synced.is_set() and not r.in_gap else 0)
+        if recorder and recorder.last_error:
+            reasons.append(f"recorder: {recorder.last_error}")
+        # A standby replica is healthy and ready to take over; only the leader's sync matters.
+        standby_only = reasons == ["standby: not the leader"]
+        return Readiness(not reasons or standby_only, reasons)
