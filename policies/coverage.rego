@@ -1,0 +1,34 @@
+# Observation coverage: the collector reports its own blind spots
+# (DORA RTS Art. 23: automated alerts on the completeness of log collection).
+#
+# Facts (collector/policy/facts.py): input.coverage_gaps[] =
+#   {id (coverage_intervals row, null for a gap still open), cluster, kind, started_ns,
+#    ended_ns (null when open), open, duration_ns, from_ns, to_ns (clipped to the period), reason}
+package draudit.coverage
+
+import data.draudit.lib
+
+gap_evidence(g) := {"coverage_intervals": [g.id]} if {
+	g.id != null
+} else := {"watch_state": [sprintf("%s/%s", [g.cluster, g.kind])]}
+
+# Rule 7: a gap in the watch of one kind longer than the threshold.
+findings contains f if {
+	some g in input.coverage_gaps
+	g.duration_ns > lib.params.coverage_gap_max_s * lib.ns_per_s
+	f := {
+		"rule": "coverage/observation-gap",
+		"severity": "medium",
+		"kind": "warning",
+		"message": sprintf("the collector did not observe %s objects of cluster %s for %d ms%s (%v)", [
+			g.kind, g.cluster, lib.ms(g.duration_ns), open_note(g), g.reason,
+		]),
+		"subjects": {"cluster": g.cluster, "kinds": [g.kind]},
+		"evidence": gap_evidence(g),
+		"physical_gpu_uuid": null,
+		"from_ns": g.from_ns,
+		"to_ns": g.to_ns,
+	}
+}
+
+open_note(g) := ", still open" if g.open else := ""

@@ -1,0 +1,43 @@
+# Coverage rules, told as short stories. Parameters are pinned here.
+package draudit.coverage_test
+
+import data.draudit.coverage
+
+params := {
+	"tenants": {},
+	"approved_device_classes": [],
+	"admin_access_namespaces": [],
+	"handover_min_gap_s": 300,
+	"exact_attribution_min_ratio": 0.99,
+	"coverage_gap_max_s": 60,
+	"idle_allocation_max_s": 3600,
+	"strict_mig": false,
+}
+
+gap(id, duration_s, open) := {
+	"id": id, "cluster": "prod-eu-1", "kind": "ResourceClaim", "started_ns": 1764410000000000000,
+	"ended_ns": null, "open": open, "duration_ns": duration_s * 1000000000,
+	"from_ns": 1764410000000000000, "to_ns": 1764410000000000000 + duration_s * 1000000000, "reason": "watch stream lost",
+}
+
+test_a_watch_gap_longer_than_the_threshold_is_a_medium_finding if {
+	fs := coverage.findings with input as {"coverage_gaps": [gap(17, 61, false)]} with data.draudit.params as params
+	count(fs) == 1
+	some f in fs
+	f.rule == "coverage/observation-gap"
+	f.severity == "medium"
+	f.subjects == {"cluster": "prod-eu-1", "kinds": ["ResourceClaim"]}
+	f.evidence == {"coverage_intervals": [17]}
+}
+
+test_a_short_watch_gap_is_tolerated if {
+	fs := coverage.findings with input as {"coverage_gaps": [gap(17, 60, false)]} with data.draudit.params as params
+	count(fs) == 0
+}
+
+test_a_gap_that_is_still_open_points_at_the_watch_state if {
+	fs := coverage.findings with input as {"coverage_gaps": [gap(null, 600, true)]} with data.draudit.params as params
+	some f in fs
+	f.evidence == {"watch_state": ["prod-eu-1/ResourceClaim"]}
+	contains(f.message, "still open")
+}
