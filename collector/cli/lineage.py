@@ -1,0 +1,118 @@
+"""``draudit attribute`` (transactions → physical GPUs) and ``draudit trace TX_ID...``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
+from collector.errors import UserError
+
+
+def _serving_containers(values: tuple[str, ...]) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for value in values:
+        key, sep, container = value.partition("=")
+        if not sep:
+            raise UserError(f"--serving-container {value!r}: use NAMESPACE/WORKLOAD=CONTAINER, "
+                            "e.g. payments/risk-api=triton-sidecar")
+        pins[key.strip()] = container.strip()
+    return pins
+
+
+def _skew_option(fn):
+    return click.option("--clock-skew-s", "clock_skew_s", type=float, default=None, metavar="S",
+                        help="Tolerance in seconds around pod/claim/device transitions; a transaction "
+                             "closer than this to one is 'ambiguous' (env DRAUDIT_CLOCK_SKEW_S, default 2).")(fn)
+
+
+def _serving_option(fn):
+    return click.option("--serving-container", "serving", multiple=True, metavar="NS/WORKLOAD=CONTAINER",
+                        help="When the logging container holds no claim, count only this container's claims "
+                             "for pods of WORKLOAD (a pod name or its prefix before '-'). Repeatable.")(fn)
+
+
+@click.command("attribute")
+@click.option("--all", "all_", is_flag=True, help="Recompute every transaction (after a history correction), "
+                                                  "not only those without a lineage row.")
+@_skew_option
+@_serving_option
+@database_option
+@output_option
+def attribute_cmd(all_: bool, clock_skew_s: float | None, serving: tuple[str, ...], database_url: str | None,
+                  output: str) -> None:
+    """Attribute inference transactions to the physical GPU that served them; print counts by status."""
+    from collector.lineage import attribute_run
+
+    settings = settings_from(database_url=database_url, clock_skew_s=clock_skew_s)
+    _engine, sessions = open_store(settings)
+    with sessions.begin() as session:
+        summary = attribute_run(session, all=all_, clock_skew_s=settings.clock_skew_s,
+                                serving_containers=_serving_containers(serving), cluster=settings.cluster)
+    if output == "json":
+        echo_json(summary.as_json())
+        return
+    total = sum(summary.by_status.values())
+    click.echo(f"attributed {total} transaction(s)" + (" (all recomputed)" if all_ else ""))
+    for status, n in summary.by_status.items():
+        click.echo(f"  {status:<14}{n:>10}")
+    for reason, n in sorted(summary.by_reason.items()):
+        click.echo(f"    {reason:<20}{n:>6}")
+
+
+def _print_trace(doc: dict) -> None:
+    pod, claim, device = doc["pod"], doc["claim"], doc["device"]
+    status = doc["status"] + (f" ({doc['reason']})" if doc["reason"] else "")
+    lines = [
+        ("transaction", doc["transaction_id"]),
+        ("time", doc["time"]),
+        ("status", status),
+        ("pod", f"{pod['namespace']}/{pod['name']} uid={pod['uid']} node={pod['node']}" if pod["uid"] or pod["name"] else None),
+        ("claim", f"{claim['namespace']}/{claim['name']} uid={claim['uid']} request={claim['request']}" if claim["uid"] else None),
+        ("device", f"{device['driver']}/{device['pool']}/{device['device']}" if device["device"] else None),
+        ("device uuid", doc["device_uuid"]),
+        ("physical GPU", doc["physical_gpu_uuid"]),
+        ("product", doc["product"]),
+        ("MIG profile", doc["mig_profile"]),
+    ]
+    for label, value in lines:
+        click.echo(f"{label:<13} {value if value is not None else '-'}")
+    if doc["physical_gpu_uuid"]:
+        if doc["co_tenants"]:
+            for i, t in enumerate(doc["co_tenants"]):
+                click.echo(f"{'co-tenants' if i == 0 else '':<13} {t['namespace']}/{t['pod']} uid={t['pod_uid']} claim={t['claim']}")
+        else:
+            click.echo(f"{'co-tenants':<13} none")
+    click.echo("")
+
+
+@click.command("trace")
+@click.argument("transaction_ids", nargs=-1, required=True, metavar="TX_ID...")
+@_skew_option
+@_serving_option
+@database_option
+@output_option
+def trace_cmd(transaction_ids: tuple[str, ...], clock_skew_s: float | None, serving: tuple[str, ...],
+              database_url: str | None, output: str) -> None:
+    """Show the lineage of transactions: pod, claim, device, physical GPU and its other tenants at that instant.
+
+    Exits 1 when an id is not found. A transaction not yet attributed is attributed on the fly
+    (nothing is written).
+    """
+    from collector.lineage import trace
+
+    settings = settings_from(database_url=database_url, clock_skew_s=clock_skew_s)
+    _engine, sessions = open_store(settings)
+    with sessions() as session:
+        docs = trace(session, transaction_ids, cluster=settings.cluster, clock_skew_s=settings.clock_skew_s,
+                     serving_containers=_serving_containers(serving))
+    if output == "json":
+        echo_json(docs)
+    else:
+        for doc in docs:
+            _print_trace(doc)
+    sys.exit(1 if any(d["status"] == "not-found" for d in docs) else 0)
+
+
+commands = [attribute_cmd, trace_cmd]
