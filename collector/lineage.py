@@ -59,7 +59,6 @@ from sqlalchemy import (
     null,
     or_,
     select,
-    true,
     union_all,
 )
 from sqlalchemy.orm import Session

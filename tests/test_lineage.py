@@ -335,6 +335,18 @@ def test_device_republished_near_t_is_a_skew_window(hist):
     assert (lineage_of(h.s, later)["status"], lineage_of(h.s, later)["physical_gpu_uuid"]) == ("exact", GPU_A)
 
 
+def test_highest_pool_generation_wins(hist):
+    """Two slices still publish gpu-0 (the old generation not yet deleted): the newest describes it."""
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_B, T0 - 3600 * S, generation=3)
+    h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 - 600 * S, generation=4)
+    uid, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    rec = h.record("txn-gen", T0 + 60 * S, pod_uid=uid)
+
+    attribute(h.s)
+    assert (lineage_of(h.s, rec)["status"], lineage_of(h.s, rec)["physical_gpu_uuid"]) == ("exact", GPU_A)
+
+
 def test_coverage_gap_is_never_exact(hist):
     h = hist
     h.gpu("gpu-node-a", "gpu-0", GPU_A)
