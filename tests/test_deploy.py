@@ -554,7 +554,9 @@ def _run_policy_init(tmp_path: Path, configmap_dir: Path, image_bundle: Path) ->
               .replace("/etc/draudit/policies-configmap", str(configmap_dir))
               .replace("/var/lib/draudit/policies", str(dst))
               .replace("/opt/draudit/policies", str(image_bundle)))
-    subprocess.run(["/bin/sh", "-ec", script], check=True, capture_output=True, text=True)
+    # The image's PATH (python:3.11-slim): coreutils in /usr/bin, /bin.
+    subprocess.run(["/bin/sh", "-ec", script], check=True, capture_output=True, text=True,
+                   env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
     return dst
 
 
@@ -583,6 +585,20 @@ def test_policy_init_copies_the_configmap_bundle_as_plain_files(tmp_path):
     assert sorted(p.name for p in dst.iterdir()) == sorted(files)
     for name, text in files.items():
         assert not (dst / name).is_symlink() and (dst / name).read_text() == text
+
+
+def test_the_shipped_bundle_survives_the_configmap_round_trip(tmp_path):
+    """policies/ → ConfigMap volume → policy-bundle init container → the same bundle (same digest)."""
+    from collector.policy.bundle import load_bundle
+
+    source = ROOT / "policies"
+    files = {p.name: p.read_text() for p in source.iterdir() if p.is_file()}
+    cm = _configmap_volume(tmp_path / "cm", files)
+    dst = _run_policy_init(tmp_path, cm, tmp_path / "no-image-bundle")
+    copied, original = load_bundle(dst), load_bundle(source)
+    assert copied.digest == original.digest
+    assert copied.revision == original.revision
+    assert len(copied.modules) == len(original.modules) > 0
 
 
 def test_policy_init_falls_back_to_the_bundle_in_the_image(tmp_path):
