@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "collector.cli.db",
     "collector.cli.lineage",
     "collector.cli.watch",
+    "collector.cli.policy",
 ]
 
 
