@@ -14,6 +14,7 @@ from collector.errors import UserError
 # Each module defines ``commands``: a list of click commands/groups added to ``draudit``.
 COMMAND_MODULES = [
     "collector.cli.db",
+    "collector.cli.ingest",
     "collector.cli.lineage",
     "collector.cli.watch",
     "collector.cli.policy",

@@ -1,0 +1,84 @@
+"""``draudit ingest PATH... | -``: inference logs from files (plain or gzip) or stdin into the store."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
+from collector.ingest.parser import FORMATS
+
+
+def _summary_lines(counts) -> list[str]:
+    c = counts.as_dict()
+    lines = [f"read {c['read']}  stored {c['stored']} (conflicts {c['conflicts']})  duplicates {c['duplicates']}  "
+             f"quarantined {c['quarantined']}  PANs masked {c['pan_masked']}"]
+    for reason, n in sorted(counts.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"  quarantined {n:>8}  {reason}")
+    if not counts.reconciles:  # a bug, never expected: say it loudly
+        lines.append("WARNING: counts do not reconcile (read != stored + duplicates + quarantined)")
+    return lines
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH... | -")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
+              help="Force an envelope (cri, fluentbit, vector, elastic, otlp, ...) or an application "
+                   "format (spring_ecs_flat, logstash, gelf, ...) instead of detecting it per line.")
+@click.option("--cluster", default=None, help="Cluster name stored with every record (env DRAUDIT_CLUSTER).")
+@click.option("--aliases", "aliases_path", default=None, type=click.Path(dir_okay=False),
+              help="YAML file: canonical field → list of field names (replaces that field's defaults).")
+@click.option("--default-tz", default=None, metavar="ZONE",
+              help="IANA zone for timestamps without a zone (env DRAUDIT_INGEST_DEFAULT_TZ); otherwise quarantined.")
+@database_option
+@output_option
+def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_path: str | None,
+               default_tz: str | None, database_url: str | None, output: str) -> None:
+    """Read inference log lines (Spring ECS/logstash/GELF in CRI, Fluent Bit, Vector, Filebeat or
+    OTLP envelopes; plain or .gz; - for stdin), store one record per transaction, quarantine the
+    rest with a reason, mask card numbers, and print the counts."""
+    from collector.ingest.aliases import AliasTable
+    from collector.ingest.pipeline import IngestRun, open_input
+    from collector.ingest.timestamps import zone
+
+    settings = settings_from(database_url=database_url, cluster=cluster, ingest_default_tz=default_tz)
+    if settings.ingest_default_tz:
+        zone(settings.ingest_default_tz)  # a bad zone name is a UserError now, not per line
+    aliases = AliasTable.from_file(aliases_path) if aliases_path else None
+    _engine, sessions = open_store(settings)
+    run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)
+    inputs = [open_input(p) for p in paths]
+    show_progress = sys.stderr.isatty()
+    try:
+        if show_progress:
+            _ingest_with_progress(run, paths, inputs)
+        else:
+            for path, (stream, _pos, _size) in zip(paths, inputs):
+                run.ingest_stream(stream, "stdin" if path == "-" else path)
+        counts = run.finish()
+    finally:
+        for stream, _pos, _size in inputs:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+    if output == "json":
+        echo_json(counts.as_dict())
+    else:
+        for line in _summary_lines(counts):
+            click.echo(line)
+
+
+def _ingest_with_progress(run, paths, inputs) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        for path, (stream, position, size) in zip(paths, inputs):
+            task = progress.add_task(path, total=size)
+            run.ingest_stream(stream, "stdin" if path == "-" else path,
+                              on_line=lambda: progress.update(task, completed=position()))
+            progress.update(task, completed=size or position())
+
+
+commands = [ingest_cmd]

@@ -1,0 +1,233 @@
+"""OTLP logs (``ExportLogsServiceRequest``) as JSON or protobuf → one view per LogRecord.
+
+OTLP/JSON is walked by hand instead of ``google.protobuf.json_format.Parse``, which reads the
+hex ``traceId``/``spanId`` as base64 and silently produces wrong bytes (log-formats.md §3.5,
+verified pitfall). Rules followed (opentelemetry-proto ``docs/specification.md``): keys are
+lowerCamelCase, int64 values arrive as decimal strings (numbers accepted too), ids are hex
+(case-insensitive), unknown fields are ignored. Protobuf bodies are decoded with the official
+generated classes (``opentelemetry.proto.collector.logs.v1.logs_service_pb2``).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+_HEX = re.compile(r"^[0-9a-fA-F]*$")
+
+
+@dataclass
+class OtlpLogRecord:
+    """One LogRecord with its resource and scope; ids as lower-case hex, times as integer ns.
+
+    ``position`` is ``rl<i>.sl<j>.lr<k>`` (indices in the request). Times are 0 when unknown.
+    """
+
+    position: str
+    resource: dict[str, Any]
+    scope_name: str | None
+    scope_version: str | None
+    time_unix_nano: int
+    observed_time_unix_nano: int
+    severity_number: int
+    severity_text: str | None
+    body: Any
+    attributes: dict[str, Any]
+    trace_id: str | None
+    span_id: str | None
+    flags: int = 0
+    event_name: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def view(self) -> dict[str, Any]:
+        """A JSON-able document of the record (the "raw line" we hash and quarantine)."""
+        return {
+            "resource": self.resource,
+            "scope": {"name": self.scope_name, "version": self.scope_version},
+            "logRecord": {
+                "timeUnixNano": str(self.time_unix_nano), "observedTimeUnixNano": str(self.observed_time_unix_nano),
+                "severityNumber": self.severity_number, "severityText": self.severity_text, "body": self.body,
+                "attributes": self.attributes, "traceId": self.trace_id, "spanId": self.span_id,
+                "flags": self.flags, "eventName": self.event_name,
+            },
+        }
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return 0
+
+
+def _finite(value: float) -> Any:
+    return value if math.isfinite(value) else repr(value)
+
+
+def json_any_value(value: Any) -> Any:
+    """An OTLP/JSON ``AnyValue`` object → Python value (``kvlistValue`` → dict, ``arrayValue`` → list)."""
+    v = _dict(value)
+    if "stringValue" in v:
+        return v["stringValue"] if isinstance(v["stringValue"], str) else str(v["stringValue"])
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "intValue" in v:
+        return _int(v["intValue"])
+    if "doubleValue" in v:
+        d = v["doubleValue"]
+        try:
+            return _finite(float(d))
+        except (TypeError, ValueError):
+            return None
+    if "bytesValue" in v:
+        return v["bytesValue"] if isinstance(v["bytesValue"], str) else None
+    if "arrayValue" in v:
+        return [json_any_value(x) for x in _list(_dict(v["arrayValue"]).get("values"))]
+    if "kvlistValue" in v:
+        return json_key_values(_dict(v["kvlistValue"]).get("values"))
+    return None
+
+
+def json_key_values(items: Any) -> dict[str, Any]:
+    """A list of OTLP/JSON ``KeyValue`` → dict (later duplicates win, as in the SDKs)."""
+    out: dict[str, Any] = {}
+    for kv in _list(items):
+        kv = _dict(kv)
+        key = kv.get("key")
+        if isinstance(key, str):
+            out[key] = json_any_value(kv.get("value"))
+    return out
+
+
+def _hex_id(value: Any, length: int, what: str, warnings: list[str]) -> str | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or len(value) != length or not _HEX.match(value):
+        warnings.append(f"OTLP {what} is not {length} hex digits; ignored")
+        return None
+    text = value.lower()
+    return None if text == "0" * length else text
+
+
+def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
+    """Every LogRecord of an OTLP/JSON ``ExportLogsServiceRequest`` (already decoded JSON)."""
+    for i, rl in enumerate(_list(doc.get("resourceLogs"))):
+        rl = _dict(rl)
+        resource = json_key_values(_dict(rl.get("resource")).get("attributes"))
+        for j, sl in enumerate(_list(rl.get("scopeLogs"))):
+            sl = _dict(sl)
+            scope = _dict(sl.get("scope"))
+            for k, lr in enumerate(_list(sl.get("logRecords"))):
+                lr = _dict(lr)
+                warnings: list[str] = []
+                sev = lr.get("severityNumber")
+                yield OtlpLogRecord(
+                    position=f"rl{i}.sl{j}.lr{k}", resource=resource,
+                    scope_name=scope.get("name") if isinstance(scope.get("name"), str) else None,
+                    scope_version=scope.get("version") if isinstance(scope.get("version"), str) else None,
+                    time_unix_nano=_int(lr.get("timeUnixNano")),
+                    observed_time_unix_nano=_int(lr.get("observedTimeUnixNano")),
+                    severity_number=sev if isinstance(sev, int) and not isinstance(sev, bool) else 0,
+                    severity_text=lr.get("severityText") if isinstance(lr.get("severityText"), str) else None,
+                    body=json_any_value(lr.get("body")) if "body" in lr else None,
+                    attributes=json_key_values(lr.get("attributes")),
+                    trace_id=_hex_id(lr.get("traceId"), 32, "traceId", warnings),
+                    span_id=_hex_id(lr.get("spanId"), 16, "spanId", warnings),
+                    flags=_int(lr.get("flags")),
+                    event_name=lr.get("eventName") if isinstance(lr.get("eventName"), str) else None,
+                    warnings=warnings,
+                )
+
+
+def _pb_any_value(v: Any) -> Any:
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "string_value":
+        return v.string_value
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "int_value":
+        return v.int_value
+    if kind == "double_value":
+        return _finite(v.double_value)
+    if kind == "bytes_value":
+        return base64.b64encode(v.bytes_value).decode("ascii")
+    if kind == "array_value":
+        return [_pb_any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _pb_any_value(kv.value) for kv in v.kvlist_value.values}
+    return None
+
+
+def _pb_id(raw: bytes, length: int, what: str, warnings: list[str]) -> str | None:
+    if not raw:
+        return None
+    if len(raw) != length:
+        warnings.append(f"OTLP {what} has {len(raw)} bytes, not {length}; ignored")
+        return None
+    text = raw.hex()
+    return None if text == "0" * (2 * length) else text
+
+
+def records_from_protobuf(data: bytes) -> Iterator[OtlpLogRecord]:
+    """Every LogRecord of a binary ``ExportLogsServiceRequest``.
+
+    Raises:
+        google.protobuf.message.DecodeError: the bytes are not a valid message.
+    """
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    req = ExportLogsServiceRequest.FromString(data)
+    for i, rl in enumerate(req.resource_logs):
+        resource = {kv.key: _pb_any_value(kv.value) for kv in rl.resource.attributes}
+        for j, sl in enumerate(rl.scope_logs):
+            for k, lr in enumerate(sl.log_records):
+                warnings: list[str] = []
+                yield OtlpLogRecord(
+                    position=f"rl{i}.sl{j}.lr{k}", resource=resource,
+                    scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
+                    time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=lr.observed_time_unix_nano,
+                    severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,
+                    body=_pb_any_value(lr.body) if lr.HasField("body") else None,
+                    attributes={kv.key: _pb_any_value(kv.value) for kv in lr.attributes},
+                    trace_id=_pb_id(lr.trace_id, 16, "trace_id", warnings),
+                    span_id=_pb_id(lr.span_id, 8, "span_id", warnings),
+                    flags=lr.flags, event_name=getattr(lr, "event_name", "") or None, warnings=warnings,
+                )
+
+
+def export_response(rejected: int, error_message: str | None, as_json: bool) -> tuple[bytes, str]:
+    """``ExportLogsServiceResponse`` body and content type (OTLP/HTTP: same encoding as the request).
+
+    ``partial_success`` is set only when some records were rejected (spec: the client must not
+    retry them).
+    """
+    if as_json:
+        import json
+
+        doc: dict[str, Any] = {}
+        if rejected:
+            doc["partialSuccess"] = {"rejectedLogRecords": str(rejected), "errorMessage": error_message or ""}
+        return json.dumps(doc).encode(), "application/json"
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+
+    resp = ExportLogsServiceResponse()
+    if rejected:
+        resp.partial_success.rejected_log_records = rejected
+        resp.partial_success.error_message = error_message or ""
+    return resp.SerializeToString(), "application/x-protobuf"

@@ -1,0 +1,358 @@
+"""Input line → canonical record or quarantine entry: the ingest rules in one place.
+
+Per line (log-formats.md §7.3): size limit and UTF-8 on the bytes; CRI line or JSON; envelope
+(``envelopes.detect``) then payload format (``payloads.detect_format``), unless ``--format``
+forces one; partial lines (CRI ``P``, Fluent Bit ``_p``, docker json-file without ``\\n``) are
+reassembled per (source, envelope, pod, container, stream) before the payload is decoded; OTLP
+requests give one unit per LogRecord.
+
+Every unit ends as exactly one ``Outcome``: a record, or a rejection with its reason, the source
+and the position. Rejected text is PAN-masked and, for oversize lines, truncated *after* masking
+(a PAN cut by the truncation is removed, not half-kept).
+
+Reason slugs: ``line-too-long``, ``not-utf8``, ``unparseable``, ``nesting-too-deep``,
+``duplicate-key``, ``wrong-format``, ``missing-payload``, ``missing-transaction-id``,
+``bad-transaction-id``, ``missing-event-time``, ``naive-timestamp``, ``bad-timestamp``,
+``field-too-long``, ``incomplete-partial``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from collector.ingest import envelopes
+from collector.ingest.aliases import AliasTable
+from collector.ingest.envelopes import CRI_LINE, Envelope
+from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode, flatten
+from collector.ingest.otlp import OtlpLogRecord, records_from_json
+from collector.ingest.pan import PanMasker, mask_text
+from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
+from collector.ingest.record import CanonicalRecord
+from collector.store.canonical import canonical_json
+
+ENVELOPE_FORMATS = ("cri", "docker_json", "fluentbit", "fluentd", "vector", "elastic", "otlp")
+FORMATS = ("auto",) + ENVELOPE_FORMATS + PAYLOAD_FORMATS
+QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
+
+_TRAILING_DIGITS = re.compile(r"[\d \-]+$")
+_NEEDS_SANITISING = re.compile(r"\x00|\\u0000|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+@dataclass
+class Outcome:
+    """One input unit's result: ``record`` or (``reason``, ``raw_text``) for quarantine."""
+
+    source: str
+    position: str | None
+    record: CanonicalRecord | None = None
+    reason: str | None = None
+    raw_text: str | None = None
+    raw_sha256: str | None = None
+
+
+@dataclass
+class _Partial:
+    env: Envelope
+    chunks: list[str] = field(default_factory=list)
+    raws: list[str] = field(default_factory=list)
+    position: str | None = None
+    size: int = 0
+    overflow: bool = False
+
+
+def _sanitise(value: Any) -> Any:
+    """Replace NUL (PostgreSQL text/jsonb reject it) and lone surrogates (not UTF-8) in strings."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_sanitise(k): _sanitise(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_sanitise(v) for v in value]
+    return value
+
+
+def _sha256_masked(text: str) -> str:
+    # The hash is over the *masked* text: an unkeyed hash of a line holding a PAN, next to its
+    # masked first 6 / last 4, would let anyone brute-force the middle digits (PCI DSS 3.5.1.1).
+    masked = mask_text(text)[0]
+    return hashlib.sha256(masked.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class LineParser:
+    """Stateful parser for one input stream (holds partial lines between calls).
+
+    Args:
+        aliases: the alias table (defaults when None).
+        default_tz: IANA zone for zone-less timestamps (``settings.ingest_default_tz``); None → reject.
+        cluster: stored in every record's ``cluster``.
+        max_line_bytes: longer lines (and reassembled partial lines) are quarantined.
+        max_depth: deeper JSON nesting is quarantined.
+        forced: a name from ``FORMATS``; ``auto``/None detects per line.
+
+    ``masker.masked`` counts the PANs masked so far.
+    """
+
+    def __init__(self, *, aliases: AliasTable | None = None, default_tz: str | None = None,
+                 cluster: str | None = None, max_line_bytes: int = 64 * 1024,
+                 max_depth: int = DEFAULT_MAX_DEPTH, forced: str | None = None) -> None:
+        if forced not in (None, "auto") and forced not in FORMATS:
+            raise ValueError(f"unknown format {forced!r}; use one of {', '.join(FORMATS)}")
+        self.aliases = aliases or AliasTable()
+        self.builder = RecordBuilder(self.aliases, default_tz, cluster)
+        self.masker = PanMasker()
+        self.max_line_bytes = max_line_bytes
+        self.max_depth = max_depth
+        self.forced = None if forced in (None, "auto") else forced
+        self._partials: dict[tuple[Any, ...], _Partial] = {}
+        names = self.aliases.names
+        self._app_keys = frozenset(names["transaction_id"] + names["event_time"])
+
+    # -- rejections ----------------------------------------------------------------------------
+
+    def reject(self, text: str, reason: str, source: str, position: str | None, *, truncated: bool = False) -> Outcome:
+        """A quarantine outcome: ``text`` masked (then truncated for oversize input), reason masked."""
+        masked = self.masker.text(_sanitise(text))
+        if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
+            masked = masked[:QUARANTINE_TEXT_CHARS]
+            masked = _TRAILING_DIGITS.sub("", masked) + "…"  # never keep a PAN cut in half
+        return Outcome(source, position, reason=self.masker.text(reason), raw_text=masked,
+                       raw_sha256=hashlib.sha256(masked.encode("utf-8")).hexdigest())
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def feed_bytes(self, data: bytes, source: str, position: str | None, total_bytes: int | None = None) -> list[Outcome]:
+        """One physical line as bytes (newline stripped). ``total_bytes`` is the full length when
+        the reader kept only a prefix of an oversize line."""
+        size = total_bytes if total_bytes is not None else len(data)
+        if size > self.max_line_bytes:
+            prefix = data[: self.max_line_bytes].decode("utf-8", "replace")
+            return [self.reject(prefix, f"line-too-long: {size} bytes exceeds the limit of {self.max_line_bytes} "
+                                        "(DRAUDIT_INGEST_MAX_LINE_BYTES)", source, position, truncated=True)]
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            shown = data.decode("utf-8", "backslashreplace")
+            return [self.reject(shown, f"not-utf8: invalid UTF-8 byte at offset {exc.start}", source, position)]
+        return self.feed_text(text, source, position)
+
+    def feed_text(self, text: str, source: str, position: str | None) -> list[Outcome]:
+        """One physical line as text. Blank lines produce nothing (they are not counted)."""
+        line = text.rstrip("\r\n")
+        if not line.strip():
+            return []
+        try:
+            return self._line(line, source, position)
+        except Rejected as exc:
+            return [self.reject(line, exc.reason, source, position)]
+        except JsonRejected as exc:
+            return [self.reject(line, exc.reason, source, position)]
+
+    def feed_otlp_records(self, records: Iterable[OtlpLogRecord], source: str, position_prefix: str = "") -> list[Outcome]:
+        """Records of one OTLP request (JSON or protobuf), one outcome each."""
+        return [self._otlp(r, source, f"{position_prefix}{r.position}") for r in records]
+
+    def finish(self) -> list[Outcome]:
+        """End of input: partial lines never completed are quarantined (``incomplete-partial``)."""
+        out = []
+        for key, p in self._partials.items():
+            out.append(self.reject("\n".join(p.raws), "incomplete-partial: partial line (P) never completed by a final "
+                                   "chunk before the end of input", key[0], p.position, truncated=p.overflow))
+        self._partials.clear()
+        return out
+
+    # -- one line ----------------------------------------------------------------------------------
+
+    def _line(self, line: str, source: str, position: str | None) -> list[Outcome]:
+        forced = self.forced
+        if forced in (None, "cri"):
+            m = CRI_LINE.match(line)
+            if m:
+                return self._enveloped(envelopes.cri(m, source), line, source, position)
+            if forced == "cri":
+                raise Rejected("wrong-format: not a CRI log line (<time> <stream> <P|F> <content>) but --format cri")
+        body = line.strip()
+        if not body.startswith("{"):
+            raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
+        decoded = decode(self._maybe_sanitise_text(body), max_depth=self.max_depth)
+        doc = decoded.value
+        if not isinstance(doc, dict):
+            raise Rejected("unparseable: JSON value is not an object")
+        doc = self._maybe_sanitise(body, doc)
+        if "resourceLogs" in doc and forced in (None, "otlp"):
+            if decoded.conflicts:
+                raise Rejected(self._dup_reason(decoded.conflicts))
+            return [self._otlp(r, source, f"{position}:{r.position}" if position else r.position)
+                    for r in records_from_json(doc)]
+        if forced == "otlp":
+            raise Rejected("wrong-format: no resourceLogs (OTLP/JSON ExportLogsServiceRequest) but --format otlp")
+        if forced in PAYLOAD_FORMATS:
+            kind = "none"
+        elif forced in ENVELOPE_FORMATS:
+            kind = forced
+        else:
+            kind = envelopes.detect(doc)
+        if kind == "cri":
+            raise Rejected("wrong-format: JSON line but --format cri")
+        if kind in ("fluentbit", "fluentd"):
+            env = envelopes.fluent(doc, kind, decoded.top_conflicts, self._app_keys)
+        elif kind == "vector":
+            env = envelopes.vector(doc, self._app_keys)
+        elif kind == "elastic":
+            env = envelopes.elastic(doc, self._app_keys)
+        elif kind == "docker_json":
+            env = envelopes.docker_json(doc, source)
+        else:
+            if decoded.conflicts:
+                raise Rejected(self._dup_reason(decoded.conflicts))
+            return [self._payload(Envelope("none", payload=doc), line, source, position)]
+        conflicts = decoded.conflicts
+        if "_reconcile_log" in env.extras:
+            conflicts = [c for c in conflicts if c[0] != "log"]  # checked once the raw line is parsed
+        if conflicts:
+            raise Rejected(self._dup_reason(conflicts))
+        return self._enveloped(env, line, source, position)
+
+    @staticmethod
+    def _dup_reason(conflicts: list[tuple[str, Any, Any]]) -> str:
+        names = sorted({c[0] for c in conflicts})
+        return "duplicate-key: member " + ", ".join(repr(n) for n in names[:5]) + " appears twice with different values"
+
+    @staticmethod
+    def _maybe_sanitise_text(text: str) -> str:
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+    @staticmethod
+    def _maybe_sanitise(text: str, doc: Any) -> Any:
+        return _sanitise(doc) if _NEEDS_SANITISING.search(text) else doc
+
+    def _enveloped(self, env: Envelope, raw: str, source: str, position: str | None) -> list[Outcome]:
+        if env.partial and not isinstance(env.payload, str):
+            env.partial = False
+        key = (source, env.kind, env.namespace, env.pod_name, env.container_name, env.stream)
+        pending = self._partials.get(key)
+        if env.partial:
+            if pending is None:
+                pending = self._partials[key] = _Partial(env=env, position=position)
+            pending.size += len(env.payload.encode("utf-8"))
+            if pending.size > self.max_line_bytes:
+                pending.overflow = True
+            if not pending.overflow:
+                pending.chunks.append(env.payload)
+                pending.raws.append(raw)
+            return []
+        if pending is not None:
+            del self._partials[key]
+            total = pending.size + len(env.payload.encode("utf-8")) if isinstance(env.payload, str) else pending.size
+            joined_raw = "\n".join(pending.raws + [raw])
+            if pending.overflow or total > self.max_line_bytes:
+                return [self.reject(joined_raw, f"line-too-long: reassembled partial line of {total} bytes exceeds the "
+                                    f"limit of {self.max_line_bytes} (DRAUDIT_INGEST_MAX_LINE_BYTES)",
+                                    source, pending.position, truncated=True)]
+            first = pending.env
+            first.payload = "".join(pending.chunks) + (env.payload if isinstance(env.payload, str) else "")
+            first.partial = False
+            first.extras["partial_chunks"] = len(pending.chunks) + 1
+            try:
+                return [self._payload(first, joined_raw, source, pending.position)]
+            except (Rejected, JsonRejected) as exc:
+                return [self.reject(joined_raw, exc.reason, source, pending.position)]
+        return [self._payload(env, raw, source, position)]
+
+    def _decode_payload(self, text: str) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
+        body = text.strip()
+        if not body.startswith("{"):
+            raise Rejected("unparseable: the application line is plain text, not JSON")
+        decoded = decode(self._maybe_sanitise_text(body), max_depth=self.max_depth)
+        if not isinstance(decoded.value, dict):
+            raise Rejected("unparseable: the application line is not a JSON object")
+        return self._maybe_sanitise(body, decoded.value), decoded.conflicts
+
+    def _payload(self, env: Envelope, raw: str, source: str, position: str | None) -> Outcome:
+        payload = env.payload
+        if payload is None:
+            raise Rejected(f"missing-payload: the {env.kind} record carries no application line")
+        if isinstance(payload, str):
+            doc, conflicts = self._decode_payload(payload)
+            if conflicts:
+                raise Rejected(self._dup_reason(conflicts))
+            reconcile = env.extras.pop("_reconcile_log", None)
+            if reconcile is not None and reconcile[1] is not None and doc.get("log") != reconcile[1]:
+                raise Rejected("duplicate-key: member 'log' appears twice and the merged object differs from the raw line")
+            if reconcile is not None:
+                env.warnings.append("duplicate 'log' key (Fluent Bit Merge_Log + Keep_Log) reconciled with the raw line")
+        elif isinstance(payload, dict):
+            doc = payload
+            env.extras.pop("_reconcile_log", None)
+        else:
+            raise Rejected(f"unparseable: the {env.kind} application field is a {type(payload).__name__}")
+        fmt = self.forced if self.forced in PAYLOAD_FORMATS else detect_format(doc)
+        flat = prepare(doc, fmt)
+        record = self.builder.build(flat, fmt, env, self.masker, raw_sha256=_sha256_masked(raw),
+                                    source=source, position=position)
+        return Outcome(source, position, record=record)
+
+    # -- OTLP ----------------------------------------------------------------------------------------
+
+    def _otlp(self, r: OtlpLogRecord, source: str, position: str) -> Outcome:
+        raw = canonical_json(r.view()).decode("utf-8")
+        try:
+            return Outcome(source, position, record=self._otlp_record(r, raw, source, position))
+        except (Rejected, JsonRejected) as exc:
+            return self.reject(raw, exc.reason, source, position)
+
+    def _otlp_record(self, r: OtlpLogRecord, raw: str, source: str, position: str) -> CanonicalRecord:
+        res = r.resource
+        attrs = r.attributes
+        env = Envelope("otlp_app", warnings=list(r.warnings))
+        env.namespace = res.get("k8s.namespace.name") if isinstance(res.get("k8s.namespace.name"), str) else None
+        env.pod_name = res.get("k8s.pod.name") if isinstance(res.get("k8s.pod.name"), str) else None
+        env.pod_uid = envelopes.normalise_pod_uid(res.get("k8s.pod.uid"))
+        env.container_name = res.get("k8s.container.name") if isinstance(res.get("k8s.container.name"), str) else None
+        env.node_name = res.get("k8s.node.name") if isinstance(res.get("k8s.node.name"), str) else None
+        env.container_id = envelopes.normalise_container_id(res.get("container.id"))
+        stream = attrs.get("log.iostream")
+        env.stream = stream if isinstance(stream, str) else None
+        path = attrs.get("log.file.path")
+        if isinstance(path, str):
+            env.fill_from_path(path)
+        if r.observed_time_unix_nano:
+            env.extras["observed_time_ns"] = r.observed_time_unix_nano
+        resource_rest = {f"resource.{k}": v for k, v in res.items()
+                         if k not in ("k8s.namespace.name", "k8s.pod.name", "k8s.pod.uid", "k8s.container.name",
+                                      "k8s.node.name", "container.id")}
+        otel = {"otel.severity_number": r.severity_number or None, "otel.severity_text": r.severity_text,
+                "otel.scope.name": r.scope_name, "otel.event_name": r.event_name}
+        extra = {k: v for k, v in {**resource_rest, **otel}.items() if v is not None}
+        body = r.body
+        time = (r.time_unix_nano, 1) if r.time_unix_nano > 0 else None
+        if isinstance(body, str) and body.lstrip().startswith("{") or isinstance(path, str):
+            # A log line collected from a file (filelog receiver): the body is the application line;
+            # its own timestamp is the event time, timeUnixNano is the runtime's.
+            env.kind = "otlp_filelog"
+            env.runtime_time_ns = r.time_unix_nano or None
+            if not isinstance(body, str):
+                raise Rejected("unparseable: OTLP filelog record body is not a string")
+            doc, conflicts = self._decode_payload(body)
+            if conflicts:
+                raise Rejected(self._dup_reason(conflicts))
+            fmt = self.forced if self.forced in PAYLOAD_FORMATS else detect_format(doc)
+            flat = prepare(doc, fmt)
+            extra.update({f"envelope.otel.{k}": v for k, v in attrs.items()
+                          if k not in ("log.iostream", "log.file.path", "logtag")})
+            return self.builder.build(flat, fmt, env, self.masker, raw_sha256=_sha256_masked(raw), source=source,
+                                      position=position, trace_id=r.trace_id, span_id=r.span_id,
+                                      extra_attributes=extra)
+        flat = flatten(body) if isinstance(body, dict) else ({"message": body} if body is not None else {})
+        flat.update(flatten(attrs))
+        return self.builder.build(flat, "otlp", env, self.masker, raw_sha256=_sha256_masked(raw), source=source,
+                                  position=position, event_time=time, trace_id=r.trace_id, span_id=r.span_id,
+                                  extra_attributes=extra)

@@ -1,0 +1,218 @@
+"""Application payloads: which structured-logging format, and the mapping to the canonical record.
+
+Format signatures (log-formats.md §7.3 rule 1): ``ecs.version`` / dotted ``log.level`` → Spring
+ECS 3.4 (flat); an ``ecs`` or ``log`` object → Spring ECS 3.5+ (nested); ``@version`` +
+``logger_name``/``level_value`` → logstash (Spring or logstash-logback-encoder); ``version: "1.1"``
++ ``short_message`` → GELF; anything else → generic ``json``. After flattening to dotted paths
+and stripping GELF's ``_`` every format maps through the same alias table (§7.1), so 3.4 flat and
+3.5 nested lines of the same event give the same record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collector.ingest import timestamps
+from collector.ingest.aliases import AliasTable
+from collector.ingest.envelopes import Envelope
+from collector.ingest.jsondoc import flatten
+from collector.ingest.pan import PanMasker
+from collector.ingest.record import CanonicalRecord, coerce_latency_ms, normalise_span_id, normalise_trace_id
+
+PAYLOAD_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "json")
+
+
+class Rejected(Exception):
+    """The line cannot become a record; ``reason`` (``slug: detail``) goes to quarantine."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def detect_format(doc: dict[str, Any]) -> str:
+    """The structured-logging format of an application record (see the module docstring)."""
+    if isinstance(doc.get("ecs"), dict) or (isinstance(doc.get("log"), dict) and "@timestamp" in doc):
+        return "spring_ecs_nested"
+    if "ecs.version" in doc or "log.level" in doc:
+        return "spring_ecs_flat"
+    if "@version" in doc and ("logger_name" in doc or "level_value" in doc):
+        return "logstash"
+    if doc.get("version") == "1.1" and "short_message" in doc:
+        return "gelf"
+    return "json"
+
+
+def prepare(doc: dict[str, Any], fmt: str) -> dict[str, Any]:
+    """Flatten to dotted paths; for GELF strip the leading ``_`` of additional fields.
+
+    A stripped name that collides with a standard GELF field keeps its ``_``.
+    """
+    flat = flatten(doc)
+    if fmt != "gelf":
+        return flat
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        if k.startswith("_") and len(k) > 1 and k[1:] not in flat:
+            out[k[1:]] = v
+        else:
+            out[k] = v
+    return out
+
+
+def _scalar_text(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        return text or None
+    if isinstance(value, (int, float)):
+        return str(value)
+    return None
+
+
+class RecordBuilder:
+    """Turns a flattened application record plus its envelope into a ``CanonicalRecord``.
+
+    Every text that reaches the record is PAN-masked here (``masker`` counts the masks).
+    ``default_tz`` is the IANA zone for zone-less timestamps (None → such lines are rejected).
+    """
+
+    def __init__(self, aliases: AliasTable, default_tz: str | None, cluster: str | None) -> None:
+        self.aliases = aliases
+        self.default_tz = default_tz
+        self.cluster = cluster
+
+    def event_time(self, flat: dict[str, Any], consumed: set[str]) -> tuple[int, int] | None:
+        """``(epoch_ns, precision_ns)`` from the payload, or None when it has no time field.
+
+        Raises:
+            Rejected: ``naive-timestamp`` or ``bad-timestamp``.
+        """
+        sec, nano = flat.get("instant.epochSecond"), flat.get("instant.nanoOfSecond")
+        if isinstance(sec, int) and not isinstance(sec, bool):  # Log4j2 JsonLayout / JsonTemplateLayout
+            consumed.update(("instant.epochSecond", "instant.nanoOfSecond"))
+            return sec * timestamps.NS_PER_S + (nano if isinstance(nano, int) else 0), 1
+        hit = self.aliases.lookup(flat, "event_time")
+        if hit is None:
+            return None
+        name, value = hit
+        consumed.add(name)
+        try:
+            return timestamps.parse_any(value, self.default_tz)
+        except timestamps.NaiveTimestamp as exc:
+            raise Rejected(f"naive-timestamp: field {name!r}: {exc}") from None
+        except timestamps.BadTimestamp as exc:
+            raise Rejected(f"bad-timestamp: field {name!r}: {exc}") from None
+
+    def build(self, flat: dict[str, Any], fmt: str, env: Envelope, masker: PanMasker, *, raw_sha256: str,
+              source: str, position: str | None, event_time: tuple[int, int] | None = None,
+              trace_id: Any = None, span_id: Any = None, extra_attributes: dict[str, Any] | None = None) -> CanonicalRecord:
+        """Map ``flat`` (payload fields) and ``env`` to a masked ``CanonicalRecord``.
+
+        ``event_time``/``trace_id``/``span_id`` given by the caller (OTLP record fields) win over
+        the payload's.
+
+        Raises:
+            Rejected: missing/invalid transaction id, missing/naive/bad event time, a value too
+                long for its column.
+        """
+        a = self.aliases
+        consumed: set[str] = set()
+        warnings = list(env.warnings)
+
+        hit = a.lookup(flat, "transaction_id")
+        if hit is None:
+            raise Rejected("missing-transaction-id: no transaction id field (looked for "
+                           + ", ".join(a.names["transaction_id"]) + "; configure more with --aliases)")
+        txn_name, txn_value = hit
+        txn = _scalar_text(txn_value)
+        if txn is None:
+            raise Rejected(f"bad-transaction-id: field {txn_name!r} is not a string or number")
+        consumed.add(txn_name)
+
+        payload_time = self.event_time(flat, consumed)
+        time = event_time or payload_time
+        if time is None:
+            if env.runtime_time_ns is None:
+                raise Rejected("missing-event-time: neither the application line nor the envelope has a timestamp")
+            time = (env.runtime_time_ns, env.runtime_precision_ns)
+            warnings.append("event time taken from the envelope (runtime) timestamp")
+            extra = {"draudit.event_time_source": "envelope"}
+        else:
+            extra = {}
+
+        def text(field_name: str) -> str | None:
+            h = a.lookup(flat, field_name)
+            if h is None:
+                return None
+            v = _scalar_text(h[1])
+            if v is not None:
+                consumed.add(h[0])
+            return v
+
+        model_name, model_version, decision = text("model_name"), text("model_version"), text("decision")
+        latency = None
+        h = a.lookup(flat, "latency_ms")
+        if h is not None:
+            latency = coerce_latency_ms(h[1])
+            if latency is None:
+                warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
+            else:
+                consumed.add(h[0])
+        tid = normalise_trace_id(trace_id) if trace_id else None
+        if tid is None:
+            h = a.lookup(flat, "trace_id")
+            if h is not None:
+                tid = normalise_trace_id(h[1], h[0])
+                if tid is None:
+                    warnings.append(f"trace id field {h[0]!r} is not 16/32 hex digits; kept in attributes")
+                else:
+                    consumed.add(h[0])
+        sid = normalise_span_id(span_id) if span_id else None
+        if sid is None:
+            h = a.lookup(flat, "span_id")
+            if h is not None:
+                sid = normalise_span_id(h[1], h[0])
+                if sid is None:
+                    warnings.append(f"span id field {h[0]!r} is not 16 hex digits; kept in attributes")
+                else:
+                    consumed.add(h[0])
+
+        attributes = {k: v for k, v in flat.items() if k not in consumed}
+        attributes.update(extra)
+        for k, v in env.extras.items():
+            if not k.startswith("_"):
+                attributes[f"envelope.{k}"] = v
+        if env.kind != "none":
+            if env.stream:
+                attributes["envelope.stream"] = env.stream
+            if env.container_id:
+                attributes["envelope.container_id"] = env.container_id
+            if env.runtime_time_ns is not None:
+                attributes["envelope.runtime_time_ns"] = env.runtime_time_ns
+        if extra_attributes:
+            attributes.update(extra_attributes)
+        if warnings:
+            attributes["draudit.warnings"] = warnings
+
+        m = masker.text
+        rec = CanonicalRecord(
+            transaction_id=m(txn), event_time_ns=time[0], event_time_precision_ns=time[1],
+            source_format=fmt, envelope=env.kind, raw_sha256=raw_sha256, source=m(source),
+            position=position, cluster=self.cluster,
+            pod_uid=env.pod_uid, pod_uid_source="envelope" if env.pod_uid else None,
+            pod_namespace=m(env.namespace) if env.namespace else None,
+            pod_name=m(env.pod_name) if env.pod_name else None,
+            container_name=m(env.container_name) if env.container_name else None,
+            node_name=m(env.node_name) if env.node_name else None,
+            model_name=m(model_name) if model_name else None,
+            model_version=m(model_version) if model_version else None,
+            decision=m(decision) if decision else None,
+            latency_ms=latency, trace_id=tid, span_id=sid,
+            attributes=masker.value(attributes),
+        )
+        col = rec.too_long()
+        if col:
+            raise Rejected(f"field-too-long: {col} is longer than its column allows")
+        return rec

@@ -1,0 +1,142 @@
+"""Strict multi-format timestamp parsing to integer nanoseconds with an explicit precision.
+
+Accepted (log-formats.md §0, §5.3): ISO 8601 / RFC 3339 with 0-9 fraction digits and ``Z`` or
+``±hh:mm``/``±hhmm`` (Spring ECS, logstash/LLE, CRI, Vector, Filebeat, Fluent Bit ``iso8601``);
+``YYYY-MM-DD HH:MM:SS.ffffff`` without zone only when a zone is configured; epoch numbers (GELF
+seconds with 3 decimals, epoch s/ms/µs/ns chosen by magnitude) and OTLP decimal-string
+nanoseconds. Floats are never used for the value: a JSON number is re-read from its shortest
+``repr`` as a ``Decimal``, so ``1749032100.067`` is exactly ``…067 000 000`` ns.
+
+A time without a zone is rejected (``NaiveTimestamp``) unless the caller passes a default zone
+(``settings.ingest_default_tz``, an IANA name): we never guess a zone.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from collector.errors import UserError
+
+NS_PER_S = 1_000_000_000
+
+_ISO = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|z|UTC|[+-]\d{2}(?::?\d{2})?)?$"
+)
+_DIGITS = re.compile(r"^-?\d+(?:\.\d+)?$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+class BadTimestamp(ValueError):
+    """A timestamp we cannot read (the message names the value's shape, never the whole line)."""
+
+
+class NaiveTimestamp(BadTimestamp):
+    """A timestamp without a zone, and no default zone configured."""
+
+
+@lru_cache(maxsize=64)
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone ``name`` (e.g. ``Europe/Berlin``).
+
+    Raises:
+        UserError: unknown zone name (names DRAUDIT_INGEST_DEFAULT_TZ, the setting it comes from).
+    """
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UserError(f"DRAUDIT_INGEST_DEFAULT_TZ={name!r} is not an IANA time zone name (e.g. UTC, Europe/Berlin)") from None
+
+
+@lru_cache(maxsize=4096)
+def _midnight_ns(year: int, month: int, day: int) -> int:
+    d = datetime(year, month, day, tzinfo=timezone.utc) - _EPOCH
+    return d.days * 86_400 * NS_PER_S
+
+
+def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
+    """ISO 8601 / RFC 3339 text → ``(epoch_ns, precision_ns)``.
+
+    Precision is ``10**(9 - fraction digits)`` ns (a whole second → 1 s).
+
+    Raises:
+        NaiveTimestamp: no zone designator and ``default_tz`` is None.
+        BadTimestamp: any other shape or an impossible date.
+    """
+    m = _ISO.match(text.strip())
+    if not m:
+        raise BadTimestamp("timestamp is not ISO 8601 / RFC 3339")
+    y, mo, d, h, mi, s, frac, zone_text = m.groups()
+    try:
+        base = _midnight_ns(int(y), int(mo), int(d))
+    except ValueError:
+        raise BadTimestamp("timestamp has an impossible date") from None
+    hour, minute, second = int(h), int(mi), int(s)
+    if hour > 23 or minute > 59 or second > 60:
+        raise BadTimestamp("timestamp has an impossible time of day")
+    ns = base + (hour * 3600 + minute * 60 + second) * NS_PER_S
+    precision = NS_PER_S
+    if frac:
+        ns += int(frac.ljust(9, "0"))
+        precision = 10 ** (9 - len(frac))
+    if zone_text is None:
+        if default_tz is None:
+            raise NaiveTimestamp("timestamp has no time zone and no default zone is configured (DRAUDIT_INGEST_DEFAULT_TZ)")
+        local = datetime(int(y), int(mo), int(d), hour, minute, min(second, 59), tzinfo=zone(default_tz))
+        offset = local.utcoffset()
+        assert offset is not None
+        return ns - int(offset.total_seconds()) * NS_PER_S, precision
+    if zone_text not in ("Z", "z", "UTC"):
+        sign = 1 if zone_text[0] == "+" else -1
+        digits = zone_text[1:].replace(":", "")
+        offset_s = int(digits[:2]) * 3600 + (int(digits[2:4]) * 60 if len(digits) >= 4 else 0)
+        ns -= sign * offset_s * NS_PER_S
+    return ns, precision
+
+
+def parse_epoch(value: int | float | str | Decimal, unit: str | None = None) -> tuple[int, int]:
+    """An epoch number → ``(epoch_ns, precision_ns)``.
+
+    ``unit`` is ``s``/``ms``/``us``/``ns``; when None it follows from the magnitude (< 1e11 s,
+    < 1e14 ms, < 1e17 µs, else ns — unambiguous for dates 1973…5138). A float is read through its
+    shortest ``repr``; precision follows the decimals given (``1749032100.067`` → 1 ms).
+
+    Raises:
+        BadTimestamp: not a finite number.
+    """
+    if isinstance(value, bool):
+        raise BadTimestamp("timestamp is a boolean")
+    try:
+        dec = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    except (InvalidOperation, ValueError):
+        raise BadTimestamp("timestamp is not a number") from None
+    if not dec.is_finite() or dec <= 0:
+        raise BadTimestamp("timestamp is not a positive finite number")
+    if unit is None:
+        mag = abs(dec)
+        unit = "s" if mag < Decimal(10) ** 11 else "ms" if mag < Decimal(10) ** 14 else "us" if mag < Decimal(10) ** 17 else "ns"
+    scale = {"s": NS_PER_S, "ms": 1_000_000, "us": 1_000, "ns": 1}[unit]
+    ns = int(dec * scale)
+    exp = dec.normalize().as_tuple().exponent if dec != dec.to_integral_value() else 0
+    decimals = -int(exp) if isinstance(exp, int) and exp < 0 else 0
+    precision = max(1, scale // (10 ** decimals)) if decimals else scale
+    return ns, precision
+
+
+def parse_any(value: object, default_tz: str | None = None) -> tuple[int, int]:
+    """A timestamp as found in a log record (string or number) → ``(epoch_ns, precision_ns)``.
+
+    Raises:
+        NaiveTimestamp, BadTimestamp: see ``parse_iso`` / ``parse_epoch``.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if _DIGITS.match(text):
+            return parse_epoch(text)
+        return parse_iso(text, default_tz)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return parse_epoch(value)
+    raise BadTimestamp(f"timestamp is a {type(value).__name__}, not a string or number")

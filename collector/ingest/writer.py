@@ -1,0 +1,133 @@
+"""Writes parsed outcomes: ``inference_records`` (deduplicated, conflicts flagged) and ``quarantine``.
+
+One call writes one batch inside the caller's transaction, in three set-based steps:
+
+1. look up the batch's transaction ids once (``WHERE transaction_id IN …``) to learn which
+   dedup keys exist and which transactions are already known;
+2. ``INSERT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key`` for the new rows
+   (multi-row VALUES on SQLite and PostgreSQL); a row that loses a race with a concurrent writer
+   is simply not returned and counts as a duplicate;
+3. ``INSERT … RETURNING id`` for quarantine rows, then one ledger entry per inserted row of both
+   tables (``collector.store.ledger.append``), in the same transaction.
+
+A record whose transaction id is already stored (or earlier in the batch) with *different*
+content is stored with ``conflict = true``: never overwritten, never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import bindparam, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from collector.ingest.parser import Outcome
+from collector.store import ledger
+from collector.store.models import InferenceRecord, Quarantine
+
+INFERENCE = InferenceRecord.__table__
+QUARANTINE = Quarantine.__table__
+LOOKUP_CHUNK = 1000  # transaction ids per IN (...) query
+POSITION_CHARS = 64  # quarantine.position / inference_records.position width
+
+
+@dataclass
+class BatchResult:
+    """What one batch did: rows stored (of which ``conflicts`` flagged), duplicates, quarantined."""
+
+    stored: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    quarantined: int = 0
+
+
+def _insert_records_stmt(dialect: str):
+    ins = pg_insert(INFERENCE) if dialect == "postgresql" else sqlite_insert(INFERENCE)
+    return ins.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(INFERENCE.c.id, INFERENCE.c.dedup_key)
+
+
+def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    keys: set[str] = set()
+    txns: set[str] = set()
+    stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key).where(
+        INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
+    for i in range(0, len(txn_ids), LOOKUP_CHUNK):
+        for txn, key in session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])}):
+            keys.add(key)
+            txns.add(txn)
+    return keys, txns
+
+
+def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | None,
+                received_ns: int, received_at: datetime | None = None) -> BatchResult:
+    """Insert one batch of outcomes (records and quarantine) and their ledger entries.
+
+    The caller commits (HTTP: once per request, after which it answers 2xx; CLI: per batch).
+
+    Args:
+        session: an open session; its transaction receives every row and ledger entry.
+        outcomes: parser outcomes, each a record or a rejection.
+        run_id: stored in every row (one id per CLI run or HTTP request).
+        received_ns: our receive time, integer ns UTC (``inference_records.received_ns``).
+        received_at: the same instant as an aware datetime (``quarantine.received_at``).
+
+    Returns:
+        The counts of this batch.
+    """
+    result = BatchResult()
+    received_at = received_at or datetime.fromtimestamp(received_ns / 1e9, tz=timezone.utc)
+    rows: list[dict[str, Any]] = []
+    quarantine_rows: list[dict[str, Any]] = []
+    for o in outcomes:
+        if o.record is not None:
+            row = o.record.row(received_ns, run_id)
+            if row["position"] is not None:
+                row["position"] = row["position"][:POSITION_CHARS]
+            rows.append(row)
+        else:
+            quarantine_rows.append({
+                "stage": "ingest", "source": o.source, "position": (o.position or None) and o.position[:POSITION_CHARS],
+                "reason": o.reason or "unknown", "raw_text": o.raw_text or "", "raw_sha256": o.raw_sha256 or "",
+                "received_at": received_at, "run_id": run_id,
+            })
+
+    inserted: list[dict[str, Any]] = []
+    if rows:
+        existing_keys, existing_txns = _known(session, sorted({r["transaction_id"] for r in rows}))
+        batch_keys: set[str] = set()
+        batch_txn_key: dict[str, str] = {}
+        fresh: list[dict[str, Any]] = []
+        for row in rows:
+            key, txn = row["dedup_key"], row["transaction_id"]
+            if key in existing_keys or key in batch_keys:
+                result.duplicates += 1
+                continue
+            batch_keys.add(key)
+            row["conflict"] = txn in existing_txns or (txn in batch_txn_key and batch_txn_key[txn] != key)
+            batch_txn_key.setdefault(txn, key)
+            fresh.append(row)
+        if fresh:
+            stmt = _insert_records_stmt(session.get_bind().dialect.name)
+            by_key = {r["dedup_key"]: r for r in fresh}
+            for rid, key in session.execute(stmt, fresh).all():
+                row = by_key.pop(key)
+                row["id"] = rid
+                inserted.append(row)
+            result.duplicates += len(by_key)  # lost a race with a concurrent writer
+        result.stored = len(inserted)
+        result.conflicts = sum(1 for r in inserted if r["conflict"])
+        inserted.sort(key=lambda r: r["id"])
+        ledger.append(session, "inference_records", inserted)
+
+    if quarantine_rows:
+        ids = session.execute(insert(QUARANTINE).returning(QUARANTINE.c.id, sort_by_parameter_order=True),
+                              quarantine_rows).scalars().all()
+        for row, qid in zip(quarantine_rows, ids):
+            row["id"] = qid
+        ledger.append(session, "quarantine", quarantine_rows)
+        result.quarantined = len(quarantine_rows)
+    return result
