@@ -1,0 +1,890 @@
+"""Keep the projection tables current as object versions arrive (and rebuild them from history).
+
+The watcher inserts rows into ``object_versions`` and, in the same transaction, calls
+``apply_versions(session, rows)``. Each projection row is a fact with a validity interval
+``[valid_from_ns, valid_to_ns)`` in the collector's observation time (``observed_at`` as integer
+ns; an open interval has ``valid_to_ns`` NULL):
+
+- ``pod_states``           a pod's node and phase (pods that reference ResourceClaims only);
+- ``pod_claim_refs``       pod claim name → the ResourceClaim name it resolves to;
+- ``pod_container_claims`` container → pod claim name → request (immutable spec, written once);
+- ``allocation_episodes``  one allocation of one claim, keyed by (claim uid, first RV) — rule 10;
+- ``allocation_results``   the devices of an episode (frozen when the allocation is first seen);
+- ``claim_consumers``      ``status.reservedFor`` membership per consumer uid;
+- ``device_states``        a device of a ResourceSlice with its attributes (highest pool
+  generation only, §4.3), keyed by (driver, pool, device).
+
+How a version is applied: the facts it shows are compared with the open intervals of the same
+object; facts that changed or vanished are closed at the version's observed time and new facts
+are opened at it. Hence applying a version twice changes nothing. A version observed *before*
+the object's latest recorded boundary is stale (a replay of an older version) and is skipped, so
+re-applying a whole batch is a no-op too.
+
+Versions of one object arrive in resourceVersion order; across kinds they may arrive in any
+order (a claim before its pod) — no projection here joins across kinds, lineage does that.
+Work is batched per call: a few SELECTs per kind to load open state, bulk INSERT/UPDATE to
+write, never one query per row.
+
+Sources: dra-api.md §2.3–2.8 (claim status and lifecycle), §4 (ResourceSlice), §5 (pod →
+container → device), §6.3 (NVIDIA attributes), §9 (design notes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from collector.kube.normalize import device_attribute, device_capacity_bytes, normalize
+from collector.store.canonical import canonical_json
+from collector.store.models import (
+    AllocationEpisode,
+    AllocationResult,
+    ClaimConsumer,
+    DeviceState,
+    ObjectVersion,
+    PodClaimRef,
+    PodContainerClaim,
+    PodState,
+)
+from collector.timeutil import dt_to_ns, ns_to_dt, parse_rfc3339_ns
+
+log = logging.getLogger(__name__)
+
+POD = "Pod"
+RESOURCE_CLAIM = "ResourceClaim"
+RESOURCE_SLICE = "ResourceSlice"
+PROJECTED_KINDS = (POD, RESOURCE_CLAIM, RESOURCE_SLICE)
+DELETE_EVENTS = frozenset({"DELETED", "RELIST_DELETED"})
+
+#: ``pod_claim_name`` used for the claim in ``pod.status.extendedResourceClaimStatus`` (§5.2).
+#: Not a DNS label, so it cannot collide with a ``pod.spec.resourceClaims[].name``.
+EXTENDED_POD_CLAIM = "<extended>"
+
+SCHEDULER_MANAGER = "kube-scheduler"
+IN_CHUNK = 500  # ids per IN (...) list: well under SQLite's bound-parameter limit
+REBUILD_CHUNK = 2_000
+
+
+# ============================================================================================
+# Facts: pure functions from one (normalised) object to the rows it implies
+# ============================================================================================
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What the projections keep of one Pod version (dra-api.md §5.1).
+
+    ``claim_refs``: pod claim name → (claim name or None while unresolved, template name or None).
+    ``container_claims``: (container name, pod claim name, request) → is it an init container;
+    request ``""`` means all devices of the claim.
+    """
+
+    namespace: str
+    name: str
+    node_name: str | None
+    phase: str | None
+    claim_refs: dict[str, tuple[str | None, str | None]]
+    container_claims: dict[tuple[str, str, str], bool]
+
+
+def pod_facts(pod: Mapping[str, Any]) -> PodFacts | None:
+    """The facts of a Pod, or ``None`` for a pod that references no ResourceClaim.
+
+    A pod is projected when ``spec.resourceClaims`` is non-empty or
+    ``status.extendedResourceClaimStatus`` is set. Template claims resolve through
+    ``status.resourceClaimStatuses`` (unresolved until the controller writes it; an entry without
+    ``resourceClaimName`` means "no claim needed" and also stays unresolved).
+
+    Source: core/v1 PodSpec.ResourceClaims, PodStatus.ResourceClaimStatuses,
+    PodStatus.ExtendedResourceClaimStatus; dra-api.md §5.2.
+    """
+    meta, spec, status = _dict(pod.get("metadata")), _dict(pod.get("spec")), _dict(pod.get("status"))
+    pod_claims = [rc for rc in _list(spec.get("resourceClaims")) if isinstance(rc, dict) and rc.get("name")]
+    extended = _dict(status.get("extendedResourceClaimStatus"))
+    if not pod_claims and not extended:
+        return None
+    statuses = {st.get("name"): st for st in _list(status.get("resourceClaimStatuses")) if isinstance(st, dict)}
+    refs: dict[str, tuple[str | None, str | None]] = {}
+    for rc in pod_claims:
+        if rc.get("resourceClaimName"):
+            refs[rc["name"]] = (rc["resourceClaimName"], None)
+        else:
+            template = rc.get("resourceClaimTemplateName")
+            refs[rc["name"]] = (_dict(statuses.get(rc["name"])).get("resourceClaimName") or None, template)
+    if extended.get("resourceClaimName"):
+        refs[EXTENDED_POD_CLAIM] = (extended["resourceClaimName"], None)
+
+    container_claims: dict[tuple[str, str, str], bool] = {}
+    init_names = set()
+    for init, key in ((True, "initContainers"), (False, "containers")):
+        for container in _list(spec.get(key)):
+            if not isinstance(container, dict) or not container.get("name"):
+                continue
+            if init:
+                init_names.add(container["name"])
+            for ref in _list(_dict(container.get("resources")).get("claims")):
+                if isinstance(ref, dict) and ref.get("name"):
+                    container_claims[(container["name"], ref["name"], ref.get("request") or "")] = init
+    for mapping in _list(extended.get("requestMappings")):
+        if isinstance(mapping, dict) and mapping.get("containerName"):
+            name = mapping["containerName"]
+            container_claims[(name, EXTENDED_POD_CLAIM, mapping.get("requestName") or "")] = name in init_names
+    return PodFacts(
+        namespace=meta.get("namespace") or "",
+        name=meta.get("name") or "",
+        node_name=spec.get("nodeName") or None,
+        phase=status.get("phase") or None,
+        claim_refs=refs,
+        container_claims=container_claims,
+    )
+
+
+@dataclass(frozen=True)
+class AllocationFacts:
+    """``status.allocation`` of one ResourceClaim version (dra-api.md §2.3).
+
+    ``results`` are ``allocation_results`` column dicts (without ``episode_id``); ``identity``
+    tells two allocations apart (results, node, allocationTimestamp).
+    """
+
+    results: tuple[dict[str, Any], ...]
+    node_name: str | None
+    config: Any
+    allocation_timestamp: datetime | None
+    scheduler_write_time: datetime | None
+
+    @property
+    def identity(self) -> tuple:
+        return allocation_identity(self.results, self.node_name, self.allocation_timestamp)
+
+
+def allocation_identity(results: Iterable[Mapping[str, Any]], node_name: str | None,
+                        allocation_timestamp: datetime | None) -> tuple:
+    """A comparable key of an allocation: its device results, node and allocationTimestamp.
+
+    Allocation is immutable while set (§2.4), so two versions with different keys hold different
+    allocations. Used on facts from a raw object and on rows read back from the database alike.
+    """
+    key = sorted(
+        (r["request"], r["driver"], r["pool"], r["device"], r.get("share_id") or "", bool(r.get("admin_access")),
+         canonical_json(r.get("consumed_capacity")).decode())
+        for r in results
+    )
+    return (tuple(key), node_name, allocation_timestamp)
+
+
+def _parse_time(text: Any, where: str) -> datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return ns_to_dt(parse_rfc3339_ns(text)[0])
+    except ValueError:
+        log.warning("ignoring unparsable time %r at %s", text, where)
+        return None
+
+
+def node_from_selector(node_selector: Any) -> str | None:
+    """The node a node-local allocation is bound to: ``matchFields metadata.name In [node]``.
+
+    Returns the node name when every term names exactly the same single node, else ``None``
+    (network-attached devices, several nodes). Source: dra-api.md §2.3 (allocator output).
+    """
+    nodes: set[str] = set()
+    terms = _list(_dict(node_selector).get("nodeSelectorTerms"))
+    for term in terms:
+        found = [f for f in _list(_dict(term).get("matchFields"))
+                 if isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"]
+        if len(found) != 1 or len(_list(found[0].get("values"))) != 1:
+            return None
+        nodes.add(found[0]["values"][0])
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def device_class_for(claim_spec: Mapping[str, Any], request: str) -> str | None:
+    """The DeviceClass a result's ``request`` was allocated from, per the (normalised) claim spec.
+
+    ``"gpu"`` → ``requests[gpu].exactly.deviceClassName``; ``"flexible/small"`` → the
+    ``firstAvailable`` entry ``small`` of request ``flexible``. ``None`` when not found.
+    Source: DeviceRequestAllocationResult.Request (kubernetes/api resource/v1); dra-api.md §1.2.
+    """
+    base, _, sub = request.partition("/")
+    for req in _list(_dict(claim_spec.get("devices")).get("requests")):
+        if not isinstance(req, dict) or req.get("name") != base:
+            continue
+        if sub:
+            for alternative in _list(req.get("firstAvailable")):
+                if isinstance(alternative, dict) and alternative.get("name") == sub:
+                    return alternative.get("deviceClassName") or None
+            return None
+        return _dict(req.get("exactly")).get("deviceClassName") or None
+    return None
+
+
+def allocation_facts(claim: Mapping[str, Any]) -> AllocationFacts | None:
+    """The allocation of a normalised ResourceClaim, or ``None`` when ``status.allocation`` is unset.
+
+    ``node_name`` comes from ``nodeSelector`` (matchFields ``metadata.name``); ``config`` from
+    ``allocation.devices.config``; ``allocation_timestamp`` when present (1.36+ defaults, rule 5);
+    ``scheduler_write_time`` from the ``kube-scheduler`` managedFields entry for the ``status``
+    subresource (rule 6 — a proxy, not an allocation timestamp).
+    """
+    allocation = _dict(claim.get("status")).get("allocation")
+    if not isinstance(allocation, dict):
+        return None
+    meta = _dict(claim.get("metadata"))
+    where = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+    devices = _dict(allocation.get("devices"))
+    spec = _dict(claim.get("spec"))
+    results = []
+    for r in _list(devices.get("results")):
+        if not isinstance(r, dict) or not all(r.get(k) for k in ("request", "driver", "pool", "device")):
+            log.warning("ignoring incomplete allocation result %r in %s", r, where)
+            continue
+        results.append({
+            "request": r["request"], "driver": r["driver"], "pool": r["pool"], "device": r["device"],
+            "device_class_name": device_class_for(spec, r["request"]),
+            "admin_access": bool(r.get("adminAccess")),
+            "share_id": r.get("shareID") or None,
+            "consumed_capacity": r.get("consumedCapacity") or None,
+        })
+    scheduler_time = None
+    for entry in _list(meta.get("managedFields")):
+        if isinstance(entry, dict) and entry.get("manager") == SCHEDULER_MANAGER and entry.get("subresource") == "status":
+            scheduler_time = _parse_time(entry.get("time"), where + " managedFields")
+    return AllocationFacts(
+        results=tuple(results),
+        node_name=node_from_selector(allocation.get("nodeSelector")),
+        config=devices.get("config") or None,
+        allocation_timestamp=_parse_time(allocation.get("allocationTimestamp"), where + " allocationTimestamp"),
+        scheduler_write_time=scheduler_time,
+    )
+
+
+def reserved_for(claim: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """``status.reservedFor`` as consumer uid → ``claim_consumers`` columns (group, resource, name).
+
+    Entries with an empty uid are ignored (the list is keyed by uid). Non-pod consumers
+    (PodGroups, 1.36+) are kept with their resource, as §9 advises.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for ref in _list(_dict(claim.get("status")).get("reservedFor")):
+        if isinstance(ref, dict) and ref.get("uid"):
+            out[ref["uid"]] = {"consumer_api_group": ref.get("apiGroup") or "",
+                               "consumer_resource": ref.get("resource") or "",
+                               "consumer_name": ref.get("name") or ""}
+    return out
+
+
+def owner_pod_uid(obj: Mapping[str, Any]) -> str | None:
+    """UID of the controller ownerReference of kind Pod (generated claims, rule 7), else ``None``."""
+    for ref in _list(_dict(obj.get("metadata")).get("ownerReferences")):
+        if isinstance(ref, dict) and ref.get("controller") and ref.get("kind") == "Pod":
+            return ref.get("uid") or None
+    return None
+
+
+@dataclass(frozen=True)
+class SliceFacts:
+    """A normalised ResourceSlice: its pool, generation and devices (name → ``device_states`` columns)."""
+
+    driver: str
+    pool: str
+    generation: int
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+_PHYSICAL_FROM_UUID = ("gpu", "vfio")  # a full GPU (or one passed through): the device is the GPU
+
+
+def device_columns(device: Mapping[str, Any], driver: str, slice_name: str, generation: int,
+                   node_name: str | None) -> dict[str, Any]:
+    """The ``device_states`` columns of one device of a normalised slice (without key/interval).
+
+    Extracted in the driver's domain (short or qualified keys, rule 11): ``type``, ``uuid``,
+    ``parentUUID``, ``profile``, ``productName``, ``driverVersion``; ``memory`` capacity in bytes.
+    ``physical_gpu_uuid`` is ``uuid`` for type gpu/vfio and ``parentUUID`` for type mig (also
+    dynamic MIG, which has no uuid). Source: dra-api.md §6.3.
+    """
+    where = f"ResourceSlice {slice_name} device {device.get('name')}"
+
+    def text(name: str) -> str | None:
+        value = device_attribute(device, name, driver)
+        return None if value is None or isinstance(value, (list, dict)) else str(value)
+
+    device_type = text("type")
+    uuid, parent_uuid = text("uuid"), text("parentUUID")
+    physical = uuid if device_type in _PHYSICAL_FROM_UUID else parent_uuid if device_type == "mig" else None
+    try:
+        memory = device_capacity_bytes(device, "memory", driver)
+    except ValueError as exc:
+        log.warning("%s: memory capacity ignored: %s", where, exc)
+        memory = None
+    return {
+        "slice_name": slice_name,
+        "pool_generation": generation,
+        "node_name": device.get("nodeName") or node_name,
+        "device_type": device_type,
+        "uuid": uuid,
+        "parent_uuid": parent_uuid,
+        "physical_gpu_uuid": physical,
+        "profile": text("profile"),
+        "product_name": text("productName"),
+        "driver_version": text("driverVersion"),
+        "memory_bytes": memory,
+        "allow_multiple_allocations": bool(device.get("allowMultipleAllocations")),
+        "attributes": device.get("attributes") or None,
+        "capacity": device.get("capacity") or None,
+    }
+
+
+def slice_facts(resource_slice: Mapping[str, Any]) -> SliceFacts | None:
+    """The facts of a normalised ResourceSlice, or ``None`` without driver or pool name."""
+    meta, spec = _dict(resource_slice.get("metadata")), _dict(resource_slice.get("spec"))
+    pool = _dict(spec.get("pool"))
+    if not spec.get("driver") or not pool.get("name"):
+        return None
+    try:
+        generation = int(pool.get("generation") or 0)
+    except (TypeError, ValueError):
+        generation = 0
+    name = meta.get("name") or ""
+    devices = {}
+    for device in _list(spec.get("devices")):
+        if isinstance(device, dict) and device.get("name"):
+            devices[device["name"]] = device_columns(device, spec["driver"], name, generation, spec.get("nodeName"))
+    return SliceFacts(spec["driver"], pool["name"], generation, devices)
+
+
+# ============================================================================================
+# Applying versions
+# ============================================================================================
+
+
+@dataclass(frozen=True)
+class _Version:
+    id: int
+    cluster: str
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str
+    resource_version: str
+    deleted: bool
+    observed_ns: int
+    raw: Any
+    api_version: str
+
+
+def _get(row: Any, name: str) -> Any:
+    if isinstance(row, Mapping):
+        return row.get(name)
+    mapping = getattr(row, "_mapping", None)  # SQLAlchemy Row
+    if mapping is not None:
+        return mapping.get(name)
+    return getattr(row, name, None)
+
+
+def _as_version(row: Any) -> _Version:
+    observed_at = _get(row, "observed_at")
+    return _Version(
+        id=int(_get(row, "id")), cluster=_get(row, "cluster"), kind=_get(row, "kind"),
+        namespace=_get(row, "namespace"), name=_get(row, "name"), uid=_get(row, "uid"),
+        resource_version=str(_get(row, "resource_version")), deleted=_get(row, "event_type") in DELETE_EVENTS,
+        observed_ns=dt_to_ns(observed_at), raw=_get(row, "raw"), api_version=_get(row, "api_version") or "",
+    )
+
+
+class _Row:
+    """One interval row tracked during a batch: loaded open from the database (``id``) or new."""
+
+    __slots__ = ("id", "values", "valid_to_ns", "closed")
+
+    def __init__(self, values: dict[str, Any], row_id: int | None = None) -> None:
+        self.id = row_id
+        self.values = values
+        self.valid_to_ns: int | None = None
+        self.closed = False
+
+    def close(self, at_ns: int) -> None:
+        self.valid_to_ns = at_ns
+        self.closed = True
+
+
+def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _boundaries(session: Session, key_col: Any, from_col: Any, to_col: Any, where: Sequence[Any],
+                keys: Sequence[Any]) -> dict[Any, int]:
+    """key → the latest valid_from/valid_to recorded for it (the object's last applied change)."""
+    out: dict[Any, int] = {}
+    for chunk in _chunks(keys):
+        stmt = select(key_col, func.max(from_col), func.max(to_col)).where(*where, key_col.in_(chunk)).group_by(key_col)
+        for key, max_from, max_to in session.execute(stmt):
+            out[key] = max(v for v in (max_from, max_to, 0) if v is not None)
+    return out
+
+
+# JSON columns: Python None would be stored as the JSON text 'null'; absent keys are SQL NULL.
+_JSON_COLUMNS = {AllocationEpisode: ("config",), AllocationResult: ("consumed_capacity",),
+                 DeviceState: ("attributes", "capacity")}
+
+
+def _sql_nulls(model: type, values: dict[str, Any]) -> dict[str, Any]:
+    for column in _JSON_COLUMNS.get(model, ()):
+        if values.get(column, 0) is None:
+            del values[column]
+    return values
+
+
+class _Batch:
+    """Open state of the objects in one batch, the changes made to it, and the bulk writes."""
+
+    def __init__(self, session: Session, cluster: str) -> None:
+        self.session = session
+        self.cluster = cluster
+        self.new: dict[type, list[_Row]] = defaultdict(list)
+        self.loaded_closed: dict[type, list[_Row]] = defaultdict(list)
+        self.skipped_stale = 0
+
+    def open(self, model: type, values: dict[str, Any]) -> _Row:
+        row = _Row(values)
+        self.new[model].append(row)
+        return row
+
+    def close(self, model: type, row: _Row, at_ns: int) -> None:
+        if row.closed:
+            return
+        row.close(at_ns)
+        if row.id is not None:
+            self.loaded_closed[model].append(row)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        s = self.session
+        episodes = self.new.get(AllocationEpisode, [])
+        if episodes:
+            self._drop_existing_episodes(episodes)
+            rows = [_sql_nulls(AllocationEpisode, {**r.values, "valid_to_ns": r.valid_to_ns})
+                    for r in episodes if r.values is not None]
+            if rows:
+                ids = s.execute(insert(AllocationEpisode).returning(AllocationEpisode.id, sort_by_parameter_order=True),
+                                rows).scalars().all()
+                for row, new_id in zip((r for r in episodes if r.values is not None), ids):
+                    row.id = new_id
+        for model in (PodState, PodClaimRef, DeviceState, AllocationResult, ClaimConsumer, PodContainerClaim):
+            rows = []
+            for r in self.new.get(model, []):
+                values = dict(r.values)
+                episode = values.pop("_episode", None)
+                if episode is not None:
+                    if episode.id is None:  # its episode was already recorded (replay): nothing to add
+                        continue
+                    values["episode_id"] = episode.id
+                if model is not PodContainerClaim and model is not AllocationResult:
+                    values["valid_to_ns"] = r.valid_to_ns
+                rows.append(_sql_nulls(model, values))
+            if rows:
+                s.execute(insert(model), rows)
+        for model, closed in self.loaded_closed.items():
+            if closed:
+                s.execute(update(model), [{"id": r.id, "valid_to_ns": r.valid_to_ns} for r in closed])
+
+    def _drop_existing_episodes(self, episodes: list[_Row]) -> None:
+        """Guard the (claim uid, first RV) key: an episode already recorded is not opened again.
+
+        Only reachable when an older version is re-applied with the same observed time as a
+        later one (the stale check compares times); the rows are then dropped, not duplicated.
+        """
+        keys = [(r.values["claim_uid"], r.values["first_rv"]) for r in episodes]
+        existing: set[tuple[str, str]] = set()
+        uids = sorted({k[0] for k in keys})
+        for chunk in _chunks(uids):
+            existing.update(self.session.execute(
+                select(AllocationEpisode.claim_uid, AllocationEpisode.first_rv).where(
+                    AllocationEpisode.cluster == self.cluster, AllocationEpisode.claim_uid.in_(chunk))).all())
+        seen: set[tuple[str, str]] = set()
+        for row, key in zip(episodes, keys):
+            if key in existing or key in seen:
+                log.warning("allocation episode %s@%s already recorded; not opened again", *key)
+                row.values = None  # type: ignore[assignment]
+            seen.add(key)
+
+
+# -- Pods -------------------------------------------------------------------------------------
+
+
+class _PodProjector:
+    """pod_states, pod_claim_refs, pod_container_claims for the pods of one batch."""
+
+    def __init__(self, batch: _Batch, versions: list[tuple[_Version, PodFacts | None]]) -> None:
+        self.batch = batch
+        s, c = batch.session, batch.cluster
+        uids = sorted({v.uid for v, _ in versions})
+        self.state: dict[str, _Row] = {}
+        self.refs: dict[str, dict[str, _Row]] = defaultdict(dict)
+        self.container_claims: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+        self.boundary: dict[str, int] = defaultdict(int)
+        for chunk in _chunks(uids):
+            for row in s.execute(select(PodState.id, PodState.pod_uid, PodState.node_name, PodState.phase,
+                                        PodState.valid_from_ns, PodState.valid_to_ns).where(
+                    PodState.cluster == c, PodState.pod_uid.in_(chunk))):
+                self._see(row.pod_uid, row.valid_from_ns, row.valid_to_ns)
+                if row.valid_to_ns is None:
+                    self.state[row.pod_uid] = _Row(
+                        {"node_name": row.node_name, "phase": row.phase, "valid_from_ns": row.valid_from_ns}, row.id)
+            for row in s.execute(select(PodClaimRef.id, PodClaimRef.pod_uid, PodClaimRef.pod_claim_name,
+                                        PodClaimRef.claim_name, PodClaimRef.template_name, PodClaimRef.valid_from_ns,
+                                        PodClaimRef.valid_to_ns).where(
+                    PodClaimRef.cluster == c, PodClaimRef.pod_uid.in_(chunk))):
+                self._see(row.pod_uid, row.valid_from_ns, row.valid_to_ns)
+                if row.valid_to_ns is None:
+                    self.refs[row.pod_uid][row.pod_claim_name] = _Row(
+                        {"claim_name": row.claim_name, "template_name": row.template_name}, row.id)
+            for pod_uid, container, claim, request in s.execute(
+                    select(PodContainerClaim.pod_uid, PodContainerClaim.container_name, PodContainerClaim.pod_claim_name,
+                           PodContainerClaim.request).where(PodContainerClaim.cluster == c,
+                                                            PodContainerClaim.pod_uid.in_(chunk))):
+                self.container_claims[pod_uid].add((container, claim, request))
+
+    def _see(self, uid: str, *times: int | None) -> None:
+        self.boundary[uid] = max([self.boundary[uid], *(t for t in times if t is not None)])
+
+    def apply(self, v: _Version, facts: PodFacts | None) -> None:
+        t = v.observed_ns
+        if t < self.boundary[v.uid]:
+            self.batch.skipped_stale += 1
+            return
+        b = self.batch
+        state, refs = self.state.get(v.uid), self.refs[v.uid]
+        if v.deleted or facts is None:
+            if state is not None:
+                b.close(PodState, state, t)
+                del self.state[v.uid]
+            for name in list(refs):
+                b.close(PodClaimRef, refs.pop(name), t)
+            self._see(v.uid, t)
+            return
+        if state is None or (state.values["node_name"], state.values["phase"]) != (facts.node_name, facts.phase):
+            if state is not None:
+                b.close(PodState, state, t)
+            self.state[v.uid] = b.open(PodState, {
+                "cluster": b.cluster, "pod_uid": v.uid, "namespace": facts.namespace, "name": facts.name,
+                "node_name": facts.node_name, "phase": facts.phase, "valid_from_ns": t, "source_version_id": v.id})
+        for name in list(refs):
+            if name not in facts.claim_refs:
+                b.close(PodClaimRef, refs.pop(name), t)
+        for name, (claim_name, template_name) in facts.claim_refs.items():
+            current = refs.get(name)
+            if current is not None and (current.values["claim_name"], current.values["template_name"]) == (claim_name, template_name):
+                continue
+            if current is not None:
+                b.close(PodClaimRef, current, t)
+            refs[name] = b.open(PodClaimRef, {
+                "cluster": b.cluster, "pod_uid": v.uid, "namespace": facts.namespace, "pod_claim_name": name,
+                "claim_name": claim_name, "template_name": template_name, "valid_from_ns": t})
+        known = self.container_claims[v.uid]
+        for key, init in facts.container_claims.items():
+            if key not in known:
+                known.add(key)
+                b.open(PodContainerClaim, {"cluster": b.cluster, "pod_uid": v.uid, "container_name": key[0],
+                                           "init_container": init, "pod_claim_name": key[1], "request": key[2]})
+        self._see(v.uid, t)
+
+
+# -- ResourceClaims ----------------------------------------------------------------------------
+
+
+class _ClaimProjector:
+    """allocation_episodes, allocation_results, claim_consumers for the claims of one batch."""
+
+    def __init__(self, batch: _Batch, uids: Sequence[str]) -> None:
+        self.batch = batch
+        s, c = batch.session, batch.cluster
+        self.episode: dict[str, _Row] = {}
+        self.identity: dict[str, tuple] = {}
+        self.consumers: dict[str, dict[str, _Row]] = defaultdict(dict)
+        self.boundary: dict[str, int] = defaultdict(int, _boundaries(
+            s, AllocationEpisode.claim_uid, AllocationEpisode.valid_from_ns, AllocationEpisode.valid_to_ns,
+            [AllocationEpisode.cluster == c], uids))
+        open_by_id: dict[int, tuple[str, Any]] = {}
+        for chunk in _chunks(list(uids)):
+            for ep in s.execute(select(AllocationEpisode.id, AllocationEpisode.claim_uid, AllocationEpisode.valid_from_ns,
+                                       AllocationEpisode.node_name, AllocationEpisode.allocation_timestamp).where(
+                    AllocationEpisode.cluster == c, AllocationEpisode.claim_uid.in_(chunk),
+                    AllocationEpisode.valid_to_ns.is_(None))):
+                self.episode[ep.claim_uid] = _Row({"claim_uid": ep.claim_uid, "valid_from_ns": ep.valid_from_ns}, ep.id)
+                open_by_id[ep.id] = (ep.claim_uid, ep)
+        episode_ids = sorted(open_by_id)
+        results: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for chunk in _chunks(episode_ids):
+            for r in s.execute(select(AllocationResult.episode_id, AllocationResult.request, AllocationResult.driver,
+                                      AllocationResult.pool, AllocationResult.device, AllocationResult.share_id,
+                                      AllocationResult.admin_access, AllocationResult.consumed_capacity).where(
+                    AllocationResult.episode_id.in_(chunk))):
+                results[r.episode_id].append({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device,
+                                              "share_id": r.share_id, "admin_access": r.admin_access,
+                                              "consumed_capacity": r.consumed_capacity})
+            for cons in s.execute(select(ClaimConsumer.id, ClaimConsumer.claim_uid, ClaimConsumer.consumer_uid,
+                                         ClaimConsumer.valid_from_ns).where(
+                    ClaimConsumer.episode_id.in_(chunk), ClaimConsumer.valid_to_ns.is_(None))):
+                self.consumers[cons.claim_uid][cons.consumer_uid] = _Row({"valid_from_ns": cons.valid_from_ns}, cons.id)
+                self._see(cons.claim_uid, cons.valid_from_ns)
+            for episode_id, max_to in s.execute(select(ClaimConsumer.episode_id, func.max(ClaimConsumer.valid_to_ns)).where(
+                    ClaimConsumer.episode_id.in_(chunk)).group_by(ClaimConsumer.episode_id)):
+                self._see(open_by_id[episode_id][0], max_to)
+        for episode_id, (uid, ep) in open_by_id.items():
+            self.identity[uid] = allocation_identity(results[episode_id], ep.node_name, ep.allocation_timestamp)
+
+    def _see(self, uid: str, *times: int | None) -> None:
+        self.boundary[uid] = max([self.boundary[uid], *(t for t in times if t is not None)])
+
+    def _close_episode(self, uid: str, t: int) -> None:
+        b = self.batch
+        for consumer in self.consumers.pop(uid, {}).values():
+            b.close(ClaimConsumer, consumer, t)
+        episode = self.episode.pop(uid, None)
+        if episode is not None:
+            b.close(AllocationEpisode, episode, t)
+        self.identity.pop(uid, None)
+
+    def apply(self, v: _Version, claim: Mapping[str, Any] | None) -> None:
+        t = v.observed_ns
+        if t < self.boundary[v.uid]:
+            self.batch.skipped_stale += 1
+            return
+        if claim is None and not v.deleted:
+            return  # unreadable raw (logged): it proves nothing about the allocation
+        self._see(v.uid, t)
+        allocation = None if v.deleted or claim is None else allocation_facts(claim)
+        if allocation is None:
+            self._close_episode(v.uid, t)
+            return
+        b = self.batch
+        if self.identity.get(v.uid) != allocation.identity:
+            self._close_episode(v.uid, t)  # no-op when none is open; else a missed deallocation (gap)
+            meta = _dict(claim.get("metadata"))
+            episode = b.open(AllocationEpisode, {
+                "cluster": b.cluster, "claim_uid": v.uid, "claim_namespace": meta.get("namespace") or v.namespace or "",
+                "claim_name": meta.get("name") or v.name, "owner_pod_uid": owner_pod_uid(claim),
+                "first_rv": v.resource_version, "node_name": allocation.node_name,
+                "allocation_timestamp": allocation.allocation_timestamp,
+                "scheduler_write_time": allocation.scheduler_write_time, "config": allocation.config,
+                "valid_from_ns": t, "source_version_id": v.id})
+            self.episode[v.uid] = episode
+            self.identity[v.uid] = allocation.identity
+            for result in allocation.results:
+                b.open(AllocationResult, {**result, "_episode": episode})
+        episode = self.episode[v.uid]
+        consumers = self.consumers[v.uid]
+        wanted = reserved_for(claim)
+        for uid in [u for u in consumers if u not in wanted]:
+            b.close(ClaimConsumer, consumers.pop(uid), t)
+        for uid, columns in wanted.items():
+            if uid not in consumers:
+                consumers[uid] = b.open(ClaimConsumer, {
+                    "cluster": b.cluster, "claim_uid": v.uid, "_episode": episode, "consumer_uid": uid,
+                    **columns, "valid_from_ns": t})
+
+
+# -- ResourceSlices ----------------------------------------------------------------------------
+
+_DEVICE_FACT_COLUMNS = ("slice_name", "pool_generation", "node_name", "device_type", "uuid", "parent_uuid",
+                        "physical_gpu_uuid", "profile", "product_name", "driver_version", "memory_bytes",
+                        "allow_multiple_allocations", "attributes", "capacity")
+
+
+class _SliceProjector:
+    """device_states for the pools touched by the slices of one batch."""
+
+    def __init__(self, batch: _Batch, versions: list[tuple[_Version, SliceFacts]]) -> None:
+        self.batch = batch
+        s, c = batch.session, batch.cluster
+        pools = {(f.driver, f.pool) for _, f in versions}
+        drivers, pool_names = sorted({d for d, _ in pools}), sorted({p for _, p in pools})
+        self.open: dict[tuple[str, str], dict[str, _Row]] = defaultdict(dict)
+        for chunk in _chunks(pool_names):
+            for row in s.execute(select(DeviceState.id, DeviceState.driver, DeviceState.pool, DeviceState.device,
+                                        *(getattr(DeviceState, col) for col in _DEVICE_FACT_COLUMNS)).where(
+                    DeviceState.cluster == c, DeviceState.driver.in_(drivers), DeviceState.pool.in_(chunk),
+                    DeviceState.valid_to_ns.is_(None))):
+                if (row.driver, row.pool) in pools:
+                    values = {col: getattr(row, col) for col in _DEVICE_FACT_COLUMNS}
+                    self.open[(row.driver, row.pool)][row.device] = _Row(values, row.id)
+        slice_names = sorted({v.name for v, _ in versions})
+        self.boundary: dict[str, int] = defaultdict(int, _boundaries(
+            s, DeviceState.slice_name, DeviceState.valid_from_ns, DeviceState.valid_to_ns,
+            [DeviceState.cluster == c, DeviceState.driver.in_(drivers), DeviceState.pool.in_(pool_names)], slice_names))
+
+    def _see(self, slice_name: str, t: int) -> None:
+        self.boundary[slice_name] = max(self.boundary[slice_name], t)
+
+    def apply(self, v: _Version, facts: SliceFacts) -> None:
+        t = v.observed_ns
+        if t < self.boundary[v.name]:
+            self.batch.skipped_stale += 1
+            return
+        b = self.batch
+        pool_key = (facts.driver, facts.pool)
+        devices = self.open[pool_key]
+        newest = max((r.values["pool_generation"] for r in devices.values()), default=None)
+        wanted: dict[str, dict[str, Any]] = {}
+        if not v.deleted and (newest is None or facts.generation >= newest):
+            wanted = facts.devices
+            if newest is not None and facts.generation > newest:
+                # A newer generation supersedes every device of older ones, in any slice (§4.3).
+                for name in [n for n, r in devices.items() if r.values["pool_generation"] < facts.generation]:
+                    self._close(devices, name, t)
+        for name in [n for n, r in devices.items() if r.values["slice_name"] == v.name and n not in wanted]:
+            self._close(devices, name, t)
+        for name, columns in wanted.items():
+            current = devices.get(name)
+            if current is not None and all(current.values[k] == columns[k] for k in _DEVICE_FACT_COLUMNS):
+                continue
+            if current is not None:
+                self._close(devices, name, t)
+            devices[name] = b.open(DeviceState, {
+                "cluster": b.cluster, "driver": facts.driver, "pool": facts.pool, "device": name, **columns,
+                "valid_from_ns": t, "source_version_id": v.id})
+        self._see(v.name, t)
+
+    def _close(self, devices: dict[str, _Row], name: str, t: int) -> None:
+        row = devices.pop(name)
+        self.batch.close(DeviceState, row, t)
+        self._see(row.values["slice_name"], t)
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+
+def _normalised(v: _Version) -> dict[str, Any] | None:
+    if not isinstance(v.raw, Mapping):
+        log.warning("object_versions id %s (%s %s): raw is not a JSON object; not projected", v.id, v.kind, v.name)
+        return None
+    return normalize(v.kind, v.api_version, v.raw)
+
+
+def _apply_cluster(session: Session, cluster: str, versions: list[_Version]) -> int:
+    batch = _Batch(session, cluster)
+    pods: list[tuple[_Version, PodFacts | None]] = []
+    claims: list[tuple[_Version, dict[str, Any] | None]] = []
+    slices: list[tuple[_Version, SliceFacts]] = []
+    for v in versions:
+        if v.kind == POD:
+            # Pods are the bulk of the stream: core/v1 needs no normalisation, and pods without
+            # claims are dropped here before any query.
+            facts = pod_facts(v.raw) if isinstance(v.raw, Mapping) else None
+            if facts is not None:
+                pods.append((v, facts))
+        elif v.kind == RESOURCE_CLAIM:
+            claims.append((v, _normalised(v)))
+        elif v.kind == RESOURCE_SLICE:
+            obj = _normalised(v)
+            facts = slice_facts(obj) if obj is not None else None
+            if facts is None:
+                log.warning("object_versions id %s: ResourceSlice %s has no driver or pool; not projected", v.id, v.name)
+            else:
+                slices.append((v, facts))
+    if pods:
+        projector = _PodProjector(batch, pods)
+        for v, facts in pods:
+            projector.apply(v, facts)
+    if claims:
+        claim_projector = _ClaimProjector(batch, sorted({v.uid for v, _ in claims}))
+        for v, obj in claims:
+            claim_projector.apply(v, obj)
+    if slices:
+        slice_projector = _SliceProjector(batch, slices)
+        for v, facts in slices:
+            slice_projector.apply(v, facts)
+    batch.flush()
+    return batch.skipped_stale
+
+
+def apply_versions(session: Session, versions: Sequence[Any]) -> None:
+    """Update the projections from newly stored ``object_versions`` rows, in the caller's transaction.
+
+    Args:
+        session: the session that inserted the rows; nothing is committed here.
+        versions: the inserted rows (ORM ``ObjectVersion`` objects, SQLAlchemy rows or mappings)
+            with at least ``id, cluster, kind, api_version, namespace, name, uid,
+            resource_version, event_type, observed_at`` (aware UTC) and ``raw`` (the object as
+            served; normalised here). Kinds other than Pod, ResourceClaim and ResourceSlice are
+            ignored, as are pods that reference no ResourceClaim. ``RELIST_*`` event types count
+            as their plain counterparts.
+
+    Versions are applied in ``id`` order. Applying a version again, or one older than what is
+    already projected for its object, changes nothing.
+
+    Raises:
+        ValueError: a row whose ``observed_at`` is naive (no zone).
+    """
+    parsed = sorted((_as_version(v) for v in versions if _get(v, "kind") in PROJECTED_KINDS), key=lambda v: v.id)
+    by_cluster: dict[str, list[_Version]] = defaultdict(list)
+    for v in parsed:
+        by_cluster[v.cluster].append(v)
+    for cluster, cluster_versions in by_cluster.items():
+        skipped = _apply_cluster(session, cluster, cluster_versions)
+        if skipped:
+            log.debug("cluster %s: %d stale version(s) skipped", cluster, skipped)
+
+
+PROJECTION_MODELS = (ClaimConsumer, AllocationResult, AllocationEpisode, PodContainerClaim, PodClaimRef, PodState,
+                     DeviceState)
+
+
+def clear(session: Session, cluster: str | None = None) -> None:
+    """Delete every projection row (of ``cluster``, or of all clusters), children first."""
+    for model in PROJECTION_MODELS:
+        stmt = delete(model)
+        if cluster is not None:
+            if model is AllocationResult:
+                stmt = stmt.where(AllocationResult.episode_id.in_(
+                    select(AllocationEpisode.id).where(AllocationEpisode.cluster == cluster)))
+            else:
+                stmt = stmt.where(model.cluster == cluster)
+        session.execute(stmt)
+
+
+def rebuild(session: Session, cluster: str | None = None, chunk_size: int = REBUILD_CHUNK) -> int:
+    """Delete the projections and replay every stored version in ``id`` order (after a history fix).
+
+    Args:
+        session: runs in the caller's transaction (commit is the caller's).
+        cluster: only this cluster; ``None`` = all clusters.
+        chunk_size: versions read and applied per step (memory bound).
+
+    Returns:
+        The number of versions replayed (Pod, ResourceClaim and ResourceSlice rows).
+    """
+    clear(session, cluster)
+    last_id, replayed = 0, 0
+    cols = (ObjectVersion.id, ObjectVersion.cluster, ObjectVersion.kind, ObjectVersion.api_version,
+            ObjectVersion.namespace, ObjectVersion.name, ObjectVersion.uid, ObjectVersion.resource_version,
+            ObjectVersion.event_type, ObjectVersion.observed_at, ObjectVersion.raw)
+    while True:
+        stmt = select(*cols).where(ObjectVersion.id > last_id, ObjectVersion.kind.in_(PROJECTED_KINDS))
+        if cluster is not None:
+            stmt = stmt.where(ObjectVersion.cluster == cluster)
+        rows = session.execute(stmt.order_by(ObjectVersion.id).limit(chunk_size)).all()
+        if not rows:
+            return replayed
+        apply_versions(session, [row._mapping for row in rows])
+        replayed += len(rows)
+        last_id = rows[-1].id
