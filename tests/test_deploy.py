@@ -632,3 +632,83 @@ def test_documented_policies_configmap_command_captures_the_whole_bundle():
     assert _data_keys(cm) == {p.name for p in files}
     assert sum(p.stat().st_size for p in files) < 1024 * 1024
 
+
+
+# --------------------------------------------------------------------------------------------
+# docs/shippers.md: the snippets point at this Service with the bearer token
+# --------------------------------------------------------------------------------------------
+
+SHIPPERS = ROOT / "docs" / "shippers.md"
+
+
+def _fences(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", SHIPPERS.read_text(), re.S)
+
+
+def _fluent_bit_sections(text: str) -> list[tuple[str, dict[str, str]]]:
+    """Fluent Bit classic configuration: ``[SECTION]`` then ``Key Value`` lines (keys case-insensitive)."""
+    sections: list[tuple[str, dict[str, str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if re.fullmatch(r"\[[A-Z]+\]", line):
+            sections.append((line[1:-1], {}))
+        elif line and not line.startswith("#"):
+            key, _, value = line.partition(" ")
+            sections[-1][1][key.lower()] = value.strip()
+    return sections
+
+
+def _service_address() -> tuple[str, int]:
+    svc = _one(render("base"), "Service", "draudit")
+    return f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc", svc["spec"]["ports"][0]["port"]
+
+
+def test_fluent_bit_snippet_sends_json_lines_to_the_ingest_endpoint():
+    (text,) = _fences("ini")
+    sections = _fluent_bit_sections(text)
+    tail = next(s for n, s in sections if n == "INPUT" and s["name"] == "tail")
+    k8s = next(s for n, s in sections if n == "FILTER" and s["name"] == "kubernetes")
+    out = next(s for n, s in sections if n == "OUTPUT" and s["name"] == "http")
+    host, port = _service_address()
+    assert (out["host"], int(out["port"]), out["uri"]) == (host, port, "/v1/ingest")
+    assert out["format"] == "json_lines" and out["compress"] == "gzip"
+    assert re.fullmatch(r"Authorization Bearer \$\{DRAUDIT_INGEST_TOKEN\}", out["header"])
+    assert out["match"] == k8s["match"] == tail["tag"]
+    # The kubernetes filter reads pod/namespace/container from the tag: prefix = tag + path dirs.
+    tag_prefix = tail["tag"].rstrip("*")
+    path_dir = tail["path"].rsplit("/", 1)[0]
+    assert k8s["kube_tag_prefix"] == tag_prefix + path_dir.strip("/").replace("/", ".") + "."
+    assert tail["multiline.parser"] == "cri"
+    assert k8s["merge_log"] == "On" and k8s["keep_log"] == "On" and k8s["merge_log_key"]
+
+
+def test_vector_and_otel_snippets_send_to_the_service_with_the_bearer_token():
+    from urllib.parse import urlsplit
+
+    host, port = _service_address()
+    docs = [yaml.safe_load(t) for t in _fences("yaml")]
+    (vector,) = [d for d in docs if isinstance(d, dict) and "sinks" in d]
+    (otel,) = [d for d in docs if isinstance(d, dict) and "exporters" in d]
+    sink = vector["sinks"]["draudit"]
+    assert sink["type"] == "http" and sink["inputs"] == list(vector["sources"])
+    url = urlsplit(sink["uri"])
+    assert (url.hostname, url.port, url.path) == (host, port, "/v1/ingest")
+    assert sink["encoding"]["codec"] == "json" and sink["framing"]["method"] == "newline_delimited"
+    assert sink["auth"] == {"strategy": "bearer", "token": "${DRAUDIT_INGEST_TOKEN}"}
+    assert sink["compression"] == "gzip"
+
+    exporter_name = next(k for k in otel["exporters"] if k.split("/")[0] == "otlphttp")
+    exporter = otel["exporters"][exporter_name]
+    url = urlsplit(exporter["logs_endpoint"])
+    assert (url.scheme, url.hostname, url.port, url.path) == ("http", host, port, "/v1/logs")
+    assert exporter["headers"]["Authorization"] == "Bearer ${env:DRAUDIT_INGEST_TOKEN}"
+    k8sattr = otel["processors"]["k8sattributes"]
+    assert {"k8s.pod.uid", "k8s.pod.name", "k8s.namespace.name", "k8s.container.name",
+            "k8s.node.name"} <= set(k8sattr["extract"]["metadata"])
+    assert k8sattr["pod_association"][0]["sources"] == [{"from": "resource_attribute", "name": "k8s.pod.uid"}]
+    (pipeline,) = otel["service"]["pipelines"].values()
+    assert pipeline["exporters"] == [exporter_name]
+    assert set(pipeline["receivers"]) <= set(otel["receivers"]) and set(pipeline["processors"]) <= set(otel["processors"])
+    # Association by connection needs the sender's IP, which batching drops.
+    assert pipeline["processors"].index("k8sattributes") < pipeline["processors"].index("batch")
+    assert set(otel["service"]["extensions"]) <= set(otel["extensions"])
