@@ -10,8 +10,10 @@ action                      effect
 ``stall``                   headers sent, then no byte for ``seconds`` (socket open), then normal
 ``reset_before_headers``    TCP RST (SO_LINGER 0 + close) before any response byte
 ``reset_mid_stream``        RST after ``after_events`` complete events (list: mid-body)
-``cut_mid_event``           FIN in the middle of event ``after_events``+1, no terminating chunk
-                            (list: FIN after half the body)
+``cut_mid_event``           FIN in the middle of event ``after_events``+1, no terminating chunk:
+                            the complete events go out in complete chunks, then half the event
+                            as a chunk of its own (``mid_chunk=True``: the chunk header announces
+                            the whole event and the FIN falls inside it). List: FIN mid-body
 ``split_utf8``              the next event holding a multi-byte character is split inside that
                             character across two chunks, flushed ``pause_s`` apart
 ``status``                  HTTP ``code`` with a Status JSON body (429: plain text body of §8
@@ -35,7 +37,7 @@ ACTIONS: dict[str, tuple[frozenset[str], dict[str, Any]]] = {
     "stall": (frozenset({"watch", "list", "get"}), {"seconds": 5.0}),
     "reset_before_headers": (frozenset({"watch", "list", "get", "create", "update", "delete"}), {}),
     "reset_mid_stream": (frozenset({"watch", "list"}), {"after_events": 0}),
-    "cut_mid_event": (frozenset({"watch", "list"}), {"after_events": 0}),
+    "cut_mid_event": (frozenset({"watch", "list"}), {"after_events": 0, "mid_chunk": False}),
     "split_utf8": (frozenset({"watch"}), {"pause_s": 0.05}),
     "status": (
         frozenset({"watch", "list", "get", "create", "update", "delete"}),
@@ -49,9 +51,16 @@ ACTIONS: dict[str, tuple[frozenset[str], dict[str, Any]]] = {
 
 VERBS = ("any", "watch", "list", "get", "create", "update", "delete")
 
+#: Faults that change what a stream carries rather than how the connection behaves; several of
+#: them can apply to the same watch request (see :meth:`FaultQueue.take`).
+CONTENT_ACTIONS = frozenset({"inject_line", "split_utf8"})
+
 
 class Fault:
     """A fault consumed by the next ``count`` requests matching ``kind`` and ``verb``.
+
+    A request takes the first matching fault; content faults (``inject_line``,
+    ``split_utf8``) queued for the same request all apply to it (:meth:`FaultQueue.take`).
 
     Args:
         kind: kind the request targets (``"Pod"``, ``"ResourceClaim"``…); None = any kind.
@@ -135,16 +144,33 @@ class FaultQueue:
         with self._lock:
             self._faults.append(fault)
 
-    def take(self, kind: str | None, verb: str, namespace: str | None) -> Fault | None:
-        """Consume one use of the first fault matching the request (None if none matches)."""
+    def take(self, kind: str | None, verb: str, namespace: str | None) -> list[Fault]:
+        """Consume the faults a request gets: the first matching fault, one use of it.
+
+        When that first fault is a content fault (:data:`CONTENT_ACTIONS`: ``inject_line``,
+        ``split_utf8``), every other matching content fault in the queue applies to the same
+        request too (in queue order: e.g. two injected lines in one stream). Connection faults
+        (stall, resets, cuts, status…) are never combined: each one takes a request of its own.
+
+        Returns:
+            the consumed faults (empty when none matches).
+        """
         with self._lock:
-            for f in self._faults:
-                if f.matches(kind, verb, namespace):
-                    f.count -= 1
-                    if f.count <= 0:
-                        self._faults.remove(f)
-                    return f
-            return None
+            first = next((f for f in self._faults if f.matches(kind, verb, namespace)), None)
+            if first is None:
+                return []
+            taken = [first]
+            if first.action in CONTENT_ACTIONS:
+                taken += [
+                    f
+                    for f in self._faults
+                    if f is not first and f.action in CONTENT_ACTIONS and f.matches(kind, verb, namespace)
+                ]
+            for f in taken:
+                f.count -= 1
+                if f.count <= 0:
+                    self._faults.remove(f)
+            return taken
 
     def pending(self) -> list[Fault]:
         with self._lock:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import io
 import json
 import random
 import socket
@@ -31,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from collector.sim import registry, wire
 from collector.sim.convert import to_served
-from collector.sim.faults import Fault, FaultQueue
+from collector.sim.faults import CONTENT_ACTIONS, Fault, FaultQueue
 from collector.sim.kinds import (
     BY_RESOURCE,
     COORDINATION_GROUP,
@@ -154,6 +155,7 @@ class FakeApiServer:
         watch_list: accept streaming lists (``sendInitialEvents``); False answers 422 as a server
             without the WatchList feature (§10).
         kube_version: ``gitVersion`` reported by ``/version``.
+        initial_rv: the global counter before the first write (>= 1; real etcd is never at 0).
 
     Raises:
         ValueError: unknown served version, bad limits.
@@ -172,6 +174,7 @@ class FakeApiServer:
         watch_buffer_size: int = 10_000,
         watch_list: bool = False,
         kube_version: str = "v1.34.2",
+        initial_rv: int = 1,
     ) -> None:
         bad = [v for v in served_resource_versions if v not in RESOURCE_VERSIONS_BEST_FIRST]
         if bad or not served_resource_versions:
@@ -190,7 +193,7 @@ class FakeApiServer:
         self.watch_list = watch_list
         self.kube_version = kube_version
         self._cache: WatchCache
-        self._storage = Storage(on_event=lambda ev: self._cache.on_event(ev))
+        self._storage = Storage(on_event=lambda ev: self._cache.on_event(ev), initial_rv=initial_rv)
         self._cache = WatchCache(self._storage.lock, lambda: self._storage.rv, history_limit, history_max_age_s)
         self._faults = FaultQueue()
         self._requests: list[RequestRecord] = []
@@ -495,6 +498,8 @@ class _Handler(BaseHTTPRequestHandler):
             except (OSError, ValueError):
                 pass
         (wire.reset if how == "rst" else wire.fin)(self.connection)
+        # BaseHTTPRequestHandler flushes wfile after the handler returns: give it inert files
+        self.wfile, self.rfile = io.BytesIO(), io.BytesIO()
         self.close_connection = True
         raise _ConnectionDone()
 
@@ -538,13 +543,15 @@ class _Handler(BaseHTTPRequestHandler):
         }.get((method, watch and method == "GET"))
         if verb is None or (verb == "create" and name is not None) or (verb in ("update", "delete") and name is None):
             raise _HttpError(405, f"the server does not allow this method on the requested resource ({method})", "MethodNotAllowed")
-        fault = self.sim._faults.take(info.kind, verb, namespace)
+        faults = self.sim._faults.take(info.kind, verb, namespace)
+        fault = faults[0] if faults and faults[0].action not in CONTENT_ACTIONS else None
         if fault is not None:
             self._http_level_fault(fault, info.kind)
         if verb == "list":
             return self._list(info, version, namespace, query, fault)
         if verb == "watch":
-            return self._watch(info, version, namespace, name, query, fault)
+            content = [f for f in faults if f.action in CONTENT_ACTIONS]
+            return self._watch(info, version, namespace, name, query, fault, content)
         if verb == "get":
             return self._get(info, version, namespace, name, fault)
         return self._write(verb, info, version, namespace, name, query, body, status_only=sub == "status")
@@ -579,8 +586,7 @@ class _Handler(BaseHTTPRequestHandler):
         sim = self.sim
         if method != "GET":
             raise _HttpError(405, "the server does not allow this method on the requested resource", "MethodNotAllowed")
-        fault = sim._faults.take("discovery", "get", None)
-        if fault is not None:
+        for fault in sim._faults.take("discovery", "get", None):
             self._http_level_fault(fault, "discovery")
         if parts == ["version"]:
             major, minor = sim.kube_version.lstrip("v").split(".")[:2]
@@ -823,7 +829,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._abort("fin" if action == "cut_mid_event" else "rst")
 
     # --- WATCH -----------------------------------------------------------------------------
-    def _watch(self, info: KindInfo, version: str, namespace: str | None, name: str | None, query: dict[str, str], fault: Fault | None) -> None:
+    def _watch(
+        self,
+        info: KindInfo,
+        version: str,
+        namespace: str | None,
+        name: str | None,
+        query: dict[str, str],
+        fault: Fault | None,
+        content: list[Fault],
+    ) -> None:
         sim, storage, cache = self.sim, self.sim._storage, self.sim._cache
         rv_text = query.get("resourceVersion") or None
         match = query.get("resourceVersionMatch") or None
@@ -859,7 +874,7 @@ class _Handler(BaseHTTPRequestHandler):
                 else:
                     cache.register(w, [it for ev in history if (it := transition(filt, ev)) is not None])
         try:
-            self._stream(w, fault, error)
+            self._stream(w, fault, content, error)
         finally:
             cache.unregister(w)
 
@@ -874,8 +889,12 @@ class _Handler(BaseHTTPRequestHandler):
             return wire.dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
         return wire.dumps({"type": item.type, "object": to_served(item.obj, w.info, w.version)}) + b"\n"
 
-    def _stream(self, w: Watcher, fault: Fault | None, error: dict | None) -> None:
-        """Write the chunked watch response for ``w`` until deadline, close, or a fault."""
+    def _stream(self, w: Watcher, fault: Fault | None, content: list[Fault], error: dict | None) -> None:
+        """Write the chunked watch response for ``w`` until deadline, close, or a fault.
+
+        ``fault`` is the connection fault of this request (or None); ``content`` the content
+        faults (injected lines, UTF-8 split) applied to the events written.
+        """
         sim, cache, sock = self.sim, self.sim._cache, self.connection
         action = fault.action if fault is not None else None
         self.send_response(200)
@@ -893,10 +912,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._stall(float(fault.seconds))
         reset_at = int(fault.after_events) if action == "reset_mid_stream" else None
         cut_at = int(fault.after_events) if action == "cut_mid_event" else None
-        inject_raw = bytes(fault.raw) if action == "inject_line" else None
-        inject_at = int(fault.after_events) if action == "inject_line" else 0
-        split_pending = action == "split_utf8"
-        pause_s = float(fault.pause_s) if split_pending else 0.0
+        injects = [(int(f.after_events), bytes(f.raw)) for f in content if f.action == "inject_line"]
+        injects.sort(key=lambda t: t[0])  # stable: queue order among equal positions
+        splits = [f for f in content if f.action == "split_utf8"]
+        split_pending = bool(splits)
+        pause_s = float(splits[0].pause_s) if splits else 0.0
         started = time.monotonic()
         pre_deadline_bm = w.deadline - 2.0 if w.allow_bookmarks and w.deadline - started > 2.0 else None
         interval = sim.bookmark_interval_s if w.allow_bookmarks else None
@@ -925,14 +945,18 @@ class _Handler(BaseHTTPRequestHandler):
             buf = bytearray()
             for item in items:
                 line = self._encode(w, item)
-                if inject_raw is not None and written >= inject_at:
-                    buf += inject_raw + b"\n"
-                    inject_raw = None
+                while injects and written >= injects[0][0]:
+                    buf += injects.pop(0)[1] + b"\n"
                 if reset_at is not None and written >= reset_at:
                     break
                 if cut_at is not None and written >= cut_at:
-                    declared = bytes(buf) + line
-                    self.wfile.write(b"%x\r\n" % len(declared) + bytes(buf) + line[: max(1, len(line) // 2)])
+                    if buf:  # complete events reach the client in complete chunks
+                        self.wfile.write(wire.chunk(bytes(buf)))
+                    half = line[: max(1, len(line) // 2)]
+                    if fault.mid_chunk:  # chunk header announces the whole event, FIN inside it
+                        self.wfile.write(b"%x\r\n" % len(line) + half)
+                    else:  # a well-formed chunk holding half the event, then FIN
+                        self.wfile.write(wire.chunk(half))
                     self._abort("fin")
                 if split_pending and any(b >= 0x80 for b in line):
                     lead = next(i for i, b in enumerate(line) if b >= 0xC0)

@@ -64,12 +64,16 @@ class Storage:
     Args:
         on_event: called under the lock with every :class:`StoredEvent`, in RV order (the
             watch cache hangs here).
+        initial_rv: counter value before the first write. A real etcd is never at revision 0
+            (bootstrap objects exist), and a list RV of "0" would mean "any" to a watch.
     """
 
-    def __init__(self, on_event: Callable[[StoredEvent], None]) -> None:
+    def __init__(self, on_event: Callable[[StoredEvent], None], initial_rv: int = 1) -> None:
+        if initial_rv < 1:
+            raise ValueError(f"initial_rv={initial_rv}: must be >= 1 (RV 0 means 'any' on the wire)")
         self.lock = threading.RLock()
         self._on_event = on_event
-        self._rv = 0
+        self._rv = initial_rv
         self._compacted_rv = 0
         # kind -> key -> list of (rv, object or None for a deletion), oldest first
         self._versions: dict[str, dict[str, list[tuple[int, dict | None]]]] = {}
@@ -77,7 +81,7 @@ class Storage:
 
     @property
     def rv(self) -> int:
-        """Current revision (the value of the last write; 0 before any write)."""
+        """Current revision (the value of the last write; ``initial_rv`` before any write)."""
         with self.lock:
             return self._rv
 
