@@ -508,3 +508,12 @@ def test_cli_writes_the_inspection_files(tmp_path, capsys):
     assert logset["counts"]["valid"] == 60 and logset["fluentbit"] == "fluentbit.jsonl"
     assert ds.main(["--out", str(tmp_path / "x"), "--start", "yesterday"]) == 2
     assert "--start 'yesterday'" in capsys.readouterr().err
+
+
+def test_committed_sample_is_what_the_code_produces(tmp_path):
+    sample = Path(__file__).resolve().parents[1] / "examples" / "fraud-scoring" / "sample"
+    ds.write_scenario(tmp_path, parse_rfc3339_ns("2025-06-04T10:15:00Z")[0], n_transactions=60)
+    names = sorted(p.name for p in sample.iterdir())
+    assert names == sorted(p.name for p in tmp_path.iterdir())
+    for name in names:
+        assert (sample / name).read_bytes() == (tmp_path / name).read_bytes(), f"regenerate {name} (README)"
