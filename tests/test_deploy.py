@@ -323,7 +323,6 @@ def test_base_deployment_runs_two_leader_elected_replicas_with_probes():
     dep, container = _collector(objs)
     assert dep["spec"]["replicas"] == 2
     assert container["args"] == ["run"]
-    assert container["image"] == _one(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     port = next(p for p in container["ports"] if p["name"] == "http")
     assert port["containerPort"] == 8080
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
