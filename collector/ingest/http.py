@@ -1,0 +1,277 @@
+"""HTTP ingestion for ``draudit run``: ``POST /v1/ingest`` (JSON lines / JSON array) and ``POST /v1/logs`` (OTLP/HTTP).
+
+- ``/v1/ingest`` takes what shippers send unchanged: Fluent Bit ``http`` output with
+  ``format json_lines`` (NDJSON) or ``json`` (one array), Vector ``http`` sink with
+  ``codec: json`` (array) or NDJSON framing, scripts posting lines. Each line / array element is
+  one unit, parsed exactly like a file line (``LineParser``), so an NDJSON body can quarantine one
+  bad event by its line number.
+- ``/v1/logs`` implements the OTLP/HTTP logs receiver (opentelemetry-proto
+  ``docs/specification.md``): ``application/x-protobuf`` or ``application/json`` in, the
+  ``ExportLogsServiceResponse`` out in the same encoding, ``partial_success.rejected_log_records``
+  = records quarantined (the client must not retry those); 400 for an undecodable body
+  (``google.rpc.Status``), 415 for another content type.
+
+Both: ``Authorization: Bearer <token>`` (``settings.resolved_ingest_token()``; 401 otherwise,
+also when no token is configured — fail closed), ``Content-Encoding: gzip`` accepted, body size
+limited to ``settings.ingest_max_body_bytes`` before *and* after decompression (413), and the 2xx
+is sent only after the request's single transaction committed — a shipper that sees anything
+else retries, and the retry is deduplicated. Database unavailable → 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import uuid
+import zlib
+from typing import Any, Callable
+
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from collector.ingest.jsondoc import JsonRejected, decode
+from collector.ingest.otlp import export_response, records_from_json, records_from_protobuf
+from collector.ingest.pipeline import IngestRun
+from collector.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.S)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+RETRY_AFTER_S = 5
+
+
+class HttpProblem(Exception):
+    """An HTTP error answer: status code and a one-line message naming the fix."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def _check_token(request: Request, settings: Settings) -> None:
+    expected = settings.resolved_ingest_token()
+    challenge = {"WWW-Authenticate": 'Bearer realm="draudit-ingest"'}
+    if not expected:
+        raise HttpProblem(401, "ingestion is closed: no ingest token configured on the server "
+                               "(DRAUDIT_INGEST_TOKEN or DRAUDIT_INGEST_TOKEN_FILE)", challenge)
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        raise HttpProblem(401, "missing or wrong bearer token (Authorization: Bearer <token>)", challenge)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, gunzipped when ``Content-Encoding: gzip``, never more than ``max_bytes``.
+
+    Raises:
+        HttpProblem: 413 (too large, compressed or not), 415 (unknown encoding), 400 (bad gzip).
+    """
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise HttpProblem(413, f"request body of {length} bytes exceeds the limit of {max_bytes} (DRAUDIT_INGEST_MAX_BODY_BYTES)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise HttpProblem(413, f"request body exceeds the limit of {max_bytes} bytes (DRAUDIT_INGEST_MAX_BODY_BYTES)")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "x-gzip"):
+        raise HttpProblem(415, f"Content-Encoding {encoding!r} is not supported; send gzip or identity")
+    return gunzip_limited(body, max_bytes)
+
+
+def gunzip_limited(data: bytes, max_bytes: int) -> bytes:
+    """Decompress gzip ``data`` (all members) without ever producing more than ``max_bytes``.
+
+    Raises:
+        HttpProblem: 413 when the content is larger (a "zip bomb" stops here), 400 when not gzip.
+    """
+    out: list[bytes] = []
+    produced = 0
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            piece = d.decompress(data, max_bytes - produced + 1)
+        except zlib.error as exc:
+            raise HttpProblem(400, f"body is not valid gzip ({exc})") from None
+        produced += len(piece)
+        if produced > max_bytes or d.unconsumed_tail:
+            raise HttpProblem(413, f"decompressed body exceeds the limit of {max_bytes} bytes (DRAUDIT_INGEST_MAX_BODY_BYTES)")
+        if not d.eof:
+            raise HttpProblem(400, "body is truncated gzip")
+        out.append(piece)
+        data = d.unused_data.lstrip(b"\x00")
+    return b"".join(out)
+
+
+def split_json_array(body: bytes) -> tuple[list[bytes], bytes | None]:
+    """Elements of a JSON array as byte slices, found without decoding (iterative, no recursion).
+
+    Returns:
+        ``(elements, rest)``: ``rest`` holds text after the closing bracket, or the unterminated
+        tail, when there is any (quarantined by the caller), else None.
+    """
+    start = body.index(b"[")
+    depth = 0
+    elem_start = start + 1
+    elements: list[bytes] = []
+    for m in _ARRAY_TOKEN.finditer(body, start):
+        c = body[m.start()]
+        if c == 0x22:  # a string literal
+            continue
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+        elif c in (0x5D, 0x7D):  # ] }
+            depth -= 1
+            if depth == 0:
+                piece = body[elem_start:m.start()]
+                if piece.strip():
+                    elements.append(piece.strip())
+                rest = body[m.end():].strip()
+                return elements, (rest or None)
+        elif depth == 1:  # a comma between elements
+            elements.append(body[elem_start:m.start()].strip())
+            elem_start = m.end()
+    tail = body[elem_start:].strip()
+    return elements, (tail or b"[unterminated array]")
+
+
+def _new_run(settings: Settings, sessions: sessionmaker[Session], request_id: str) -> IngestRun:
+    return IngestRun(sessions, settings, one_transaction=True, run_id=request_id)
+
+
+def _request_id(request: Request) -> str:
+    given = request.headers.get("x-request-id", "")
+    return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+
+
+def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
+    """Feed an NDJSON body or a JSON-array body to ``run`` (no commit)."""
+    parser = run.parser
+    head = body.lstrip()[:1]
+    if head == b"[":
+        elements, rest = split_json_array(body)
+        for i, element in enumerate(elements, start=1):
+            run.add(parser.feed_bytes(element, source, f"element {i}"))
+        if rest is not None:
+            run.add([parser.reject(rest[:65536].decode("utf-8", "replace"),
+                                   "unparseable: data after the JSON array or an unterminated array",
+                                   source, f"element {len(elements) + 1}", truncated=len(rest) > 65536)])
+        return
+    for n, line in enumerate(body.split(b"\n"), start=1):
+        run.add(parser.feed_bytes(line, source, str(n)))
+
+
+def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) -> list[Route]:
+    """Starlette routes ``POST /v1/ingest`` and ``POST /v1/logs`` for the ``draudit run`` server.
+
+    Args:
+        settings: token, body limit, line limit, default zone and cluster come from here.
+        session_factory: sessions on the migrated store.
+    """
+
+    async def guarded(request: Request, handler: Callable[[Request, str], Any], otlp_json: bool | None) -> Response:
+        request_id = _request_id(request)
+        try:
+            _check_token(request, settings)
+            return await handler(request, request_id)
+        except HttpProblem as exc:
+            return _problem(exc, otlp_json)
+        except OperationalError as exc:
+            log.warning("ingest request %s: database unavailable: %s", request_id, str(exc.orig or exc).splitlines()[0])
+            return _problem(HttpProblem(503, "database unavailable; retry later", {"Retry-After": str(RETRY_AFTER_S)}),
+                            otlp_json)
+
+    async def ingest(request: Request, request_id: str) -> Response:
+        body = await read_body(request, settings.ingest_max_body_bytes)
+        source = f"http:{request_id}"
+
+        def work() -> dict[str, Any]:
+            run = _new_run(settings, session_factory, request_id)
+            ingest_lines_body(run, body, source)
+            counts = run.finish()
+            return {"request_id": request_id, **counts.as_dict()}
+
+        return JSONResponse(await run_in_threadpool(work))
+
+    async def logs(request: Request, request_id: str) -> Response:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype not in ("application/x-protobuf", "application/json"):
+            raise HttpProblem(415, f"Content-Type {ctype or '(none)'!r} is not OTLP; send application/x-protobuf or application/json")
+        as_json = ctype == "application/json"
+        body = await read_body(request, settings.ingest_max_body_bytes)
+        source = f"http:{request_id}"
+
+        def work() -> tuple[bytes, str]:
+            run = _new_run(settings, session_factory, request_id)
+            if as_json:
+                try:
+                    decoded = decode(body.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise HttpProblem(400, "OTLP/JSON body is not UTF-8") from None
+                except JsonRejected as exc:
+                    raise HttpProblem(400, f"OTLP/JSON body rejected: {exc.reason}") from None
+                if decoded.conflicts:
+                    raise HttpProblem(400, "OTLP/JSON body has duplicate keys with different values")
+                if not isinstance(decoded.value, dict):
+                    raise HttpProblem(400, "OTLP/JSON body is not an ExportLogsServiceRequest object")
+                records = list(records_from_json(decoded.value))
+            else:
+                from google.protobuf.message import DecodeError
+
+                try:
+                    records = list(records_from_protobuf(body))
+                except DecodeError as exc:
+                    raise HttpProblem(400, f"protobuf body is not an ExportLogsServiceRequest ({exc})") from None
+            run.add(run.parser.feed_otlp_records(records, source))
+            counts = run.finish()
+            message = None
+            if counts.quarantined:
+                reasons = ", ".join(f"{r} ({n})" for r, n in sorted(counts.reasons.items()))
+                message = f"{counts.quarantined} log records quarantined: {reasons}"
+            return export_response(counts.quarantined, message, as_json)
+
+        payload, media = await run_in_threadpool(work)
+        return Response(payload, media_type=media)
+
+    async def ingest_endpoint(request: Request) -> Response:
+        return await guarded(request, ingest, None)
+
+    async def logs_endpoint(request: Request) -> Response:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        return await guarded(request, logs, ctype != "application/x-protobuf")
+
+    return [Route("/v1/ingest", ingest_endpoint, methods=["POST"]),
+            Route("/v1/logs", logs_endpoint, methods=["POST"])]
+
+
+def _problem(exc: HttpProblem, otlp_json: bool | None) -> Response:
+    """Error body: ``{"error": …}`` for /v1/ingest; ``google.rpc.Status`` (JSON or protobuf) for /v1/logs."""
+    if otlp_json is False:
+        from google.rpc.status_pb2 import Status
+
+        return Response(Status(code=_grpc_code(exc.status), message=exc.message).SerializeToString(),
+                        status_code=exc.status, media_type="application/x-protobuf", headers=exc.headers)
+    if otlp_json is True:
+        return Response(json.dumps({"code": _grpc_code(exc.status), "message": exc.message}), status_code=exc.status,
+                        media_type="application/json", headers=exc.headers)
+    return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
+
+
+def _grpc_code(status: int) -> int:
+    # google.rpc.Code: INVALID_ARGUMENT 3, UNAUTHENTICATED 16, RESOURCE_EXHAUSTED 8, UNAVAILABLE 14.
+    return {400: 3, 401: 16, 413: 8, 415: 3, 503: 14}.get(status, 2)
