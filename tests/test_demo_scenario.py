@@ -517,3 +517,28 @@ def test_committed_sample_is_what_the_code_produces(tmp_path):
     assert names == sorted(p.name for p in tmp_path.iterdir())
     for name in names:
         assert (sample / name).read_bytes() == (tmp_path / name).read_bytes(), f"regenerate {name} (README)"
+
+
+def test_the_steps_play_through_the_fake_api_server(scenario):
+    import kubernetes
+
+    from collector.sim.server import FakeApiServer
+
+    with FakeApiServer() as srv:
+        for step in scenario.steps:
+            obj = step["object"]
+            if step["op"] == "apply":
+                stored = srv.apply(obj)
+                assert stored["metadata"]["uid"] == obj["metadata"]["uid"] and stored["metadata"]["resourceVersion"]
+            else:
+                srv.delete(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
+        cfg = kubernetes.client.Configuration()
+        cfg.host = srv.url
+        with kubernetes.client.ApiClient(cfg) as api:
+            claims = kubernetes.client.ResourceV1Api(api).list_resource_claim_for_all_namespaces().items
+            pods = kubernetes.client.CoreV1Api(api).list_pod_for_all_namespaces().items
+    still_held = {uid for uid, ivs in scenario.placement.items() if ivs[-1]["to_ns"] is None}
+    assert {p.metadata.uid for p in pods} == still_held and all(p.status.phase == "Running" for p in pods)
+    assert {c.status.reserved_for[0].uid for c in claims} == still_held
+    shared = [c.status.allocation.devices.results[0] for c in claims if c.metadata.namespace == "risk-inference"]
+    assert len(shared) == 2 and all(r.share_id and r.consumed_capacity == {"memory": "12Gi"} for r in shared)
