@@ -160,12 +160,16 @@ class Reflector:
             pods that reference ResourceClaims are kept) but still advance the resume point.
         validate: checks that the client's model parses an object; raises on a type mismatch.
         metrics: optional ``collector.metrics.WatchMetrics``.
+        field_selector: optional server-side filter (e.g. ``spec.driver=gpu.nvidia.com`` for
+            ResourceSlices). Objects leaving the selection arrive as DELETED (watch-semantics §5.2).
     """
 
     def __init__(self, spec: KindSpec, api_client: kubernetes.client.ApiClient, sink: Sink,
                  settings: ReflectorSettings | None = None, *, keep: Callable[[dict], bool] | None = None,
-                 validate: Callable[[KindSpec, dict], None] | None = None, metrics: Any = None) -> None:
+                 validate: Callable[[KindSpec, dict], None] | None = None, metrics: Any = None,
+                 field_selector: str | None = None) -> None:
         self.spec = spec
+        self.field_selector = field_selector
         self.api = api_client
         self.sink = sink
         self.settings = settings or ReflectorSettings()
@@ -425,6 +429,8 @@ class Reflector:
     def _get(self, query: dict[str, str | None], *, stream: bool):
         """GET the collection through the official client's transport; raw bytes, no models."""
         params = {k: v for k, v in query.items() if v is not None}
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
         path = self.spec.collection_path
         url = self.api.configuration.host + path + "?" + urlencode(params)
         headers = {"Accept": "application/json", "User-Agent": self.api.user_agent}

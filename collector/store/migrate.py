@@ -12,6 +12,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 import migrations
@@ -19,6 +20,7 @@ from collector.errors import UserError
 from collector.store.db import check_connection
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+_MIGRATION_LOCK_KEY = 0x6472616D6967  # "dramig"
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -33,6 +35,10 @@ def _run(engine: Engine, fn, *args) -> None:
     check_connection(engine)
     cfg = alembic_config(engine)
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Replicas starting together (init containers) migrate one at a time; the others
+            # wait, then find the schema already at head.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
         cfg.attributes["connection"] = conn
         try:
             fn(cfg, *args)

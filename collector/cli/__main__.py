@@ -1,0 +1,5 @@
+"""``python -m collector.cli`` runs the ``draudit`` command."""
+
+from collector.cli import main
+
+main()

@@ -1,0 +1,297 @@
+"""Watcher scenarios (issue: lossless list-watch), each against our fake API server over real HTTP
+through the official kubernetes client, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import func, select
+
+from collector.sim import FakeApiServer, Fault
+from collector.store import ledger
+from collector.store.models import ObjectVersion
+from tests.watch_support import (FAST, claim, device_class, gaps, gpu_slice, pod, quarantined, resume_rv, start_watcher,
+                                 stored_raw, versions, wait_until, watch_requests)
+
+
+@pytest.fixture
+def srv():
+    server = FakeApiServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def watcher_factory(srv, sessions):
+    started = []
+
+    def make(**kw):
+        w = start_watcher(srv, sessions, **kw)
+        started.append(w)
+        return w
+
+    yield make
+    for w in started:
+        w.stop(timeout_s=5)
+
+
+def _synced(watcher):
+    assert watcher.wait_synced(15), "watcher did not sync"
+
+
+def test_initial_list_then_live_events_recorded_once(srv, sessions, watcher_factory):
+    srv.apply(device_class())
+    srv.apply(claim("fraud-gpu"))
+    w = watcher_factory()
+    _synced(w)
+    c = srv.apply({**srv.get("ResourceClaim", "fraud-gpu", "risk-inference"), "metadata": {
+        **srv.get("ResourceClaim", "fraud-gpu", "risk-inference")["metadata"], "labels": {"tier": "gold"}}})
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 2, what="MODIFIED stored")
+    assert versions(sessions, "ResourceClaim") == [("fraud-gpu", versions(sessions, "ResourceClaim")[0][1], "ADDED"),
+                                                   ("fraud-gpu", c["metadata"]["resourceVersion"], "MODIFIED")]
+    wait_until(lambda: resume_rv(sessions, "ResourceClaim") == c["metadata"]["resourceVersion"], what="resume point")
+    with sessions() as s:
+        assert ledger.verify(s).ok
+
+
+def test_pods_without_claims_are_not_recorded(srv, sessions, watcher_factory):
+    srv.apply(pod("web-1", namespace="frontend", claim_name=None))
+    srv.apply(pod("fraud-1"))
+    w = watcher_factory()
+    _synced(w)
+    assert [v[0] for v in versions(sessions, "Pod")] == ["fraud-1"]
+
+
+def test_1_silent_connection_detected_and_resumed(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    before = srv.current_rv
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
+    srv.restart_watches = getattr(srv, "restart_watches", None)
+    # Force a new watch so the stall applies: close the open streams cleanly.
+    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    time.sleep(0.3)
+    created = [srv.apply(claim(f"c{i}")) for i in range(3)]
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 3, timeout_s=15, what="changes after the stall")
+    assert sorted(v[1] for v in versions(sessions, "ResourceClaim")) == sorted(c["metadata"]["resourceVersion"] for c in created)
+    watches = [q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"]
+    assert all(q.get("resourceVersion") for q in watches), "every watch carries a resourceVersion"
+    lists = [q for q in watch_requests(srv, "resourceclaims") if q.get("watch") != "true"]
+    assert len(lists) <= 2  # the initial list (paged) ...
+    assert int(watches[-1]["resourceVersion"]) >= before
+
+
+def test_2_stream_cut_mid_event_keeps_complete_events_once(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    lists_before = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") != "true"])
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="cut_mid_event", after_events=2))
+    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    time.sleep(0.3)
+    created = [srv.apply(claim(f"cut{i}")) for i in range(3)]
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 3, timeout_s=15, what="all three claims")
+    assert sorted(v[1] for v in versions(sessions, "ResourceClaim")) == sorted(c["metadata"]["resourceVersion"] for c in created)
+    lists_after = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") != "true"])
+    assert lists_after == lists_before, "a cut stream is resumed, not relisted"
+    watches = [q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"]
+    assert watches[-1]["resourceVersion"] == created[1]["metadata"]["resourceVersion"]
+
+
+def test_3_multibyte_character_split_across_chunks(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    text = "Überweisung – 取引 😀 prüfen"
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="split_utf8"))
+    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    time.sleep(0.3)
+    srv.apply(claim("utf8", annotations={"bank.example/purpose": text}))
+    wait_until(lambda: stored_raw(sessions, "ResourceClaim", "utf8"), what="claim stored")
+    assert stored_raw(sessions, "ResourceClaim", "utf8")[0]["metadata"]["annotations"]["bank.example/purpose"] == text
+
+
+def test_4_bookmark_moves_resume_point_after_rows(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    c = srv.apply(claim("bm"))
+    srv.bump_rv(5)
+    srv.send_bookmark("ResourceClaim")
+    target = str(srv.current_rv)
+    wait_until(lambda: resume_rv(sessions, "ResourceClaim") == target, what="bookmark RV stored")
+    assert ("bm", c["metadata"]["resourceVersion"], "ADDED") in versions(sessions, "ResourceClaim")
+
+
+def test_5_never_resumes_from_synthetic_added(srv, sessions, watcher_factory):
+    for i in range(5):
+        srv.apply(claim(f"pre{i}"))
+    w = watcher_factory()
+    _synced(w)
+    reqs = watch_requests(srv, "resourceclaims")
+    assert reqs[0].get("watch") != "true", "the reflector lists first"
+    assert all(q.get("resourceVersion") for q in reqs if q.get("watch") == "true")
+    list_rv = str(srv.current_rv)
+    assert resume_rv(sessions, "ResourceClaim") == list_rv
+
+
+def test_6_restart_after_compaction_relists_with_inferred_changes_and_one_gap(srv, sessions, watcher_factory):
+    keep = srv.apply(claim("keep"))
+    gone = srv.apply(claim("gone"))
+    w = watcher_factory()
+    _synced(w)
+    w.stop()
+    modified = srv.apply({**keep, "metadata": {**keep["metadata"], "labels": {"changed": "yes"}}})
+    srv.delete("ResourceClaim", "gone", "risk-inference")
+    new = srv.apply(claim("new"))
+    srv.compact()
+    w2 = watcher_factory()
+    _synced(w2)
+    rows = versions(sessions, "ResourceClaim")
+    assert ("keep", modified["metadata"]["resourceVersion"], "RELIST_MODIFIED") in rows
+    assert ("gone", gone["metadata"]["resourceVersion"], "RELIST_DELETED") in rows
+    assert ("new", new["metadata"]["resourceVersion"], "RELIST_ADDED") in rows
+    last_gone = stored_raw(sessions, "ResourceClaim", "gone")[-1]
+    assert last_gone["metadata"]["resourceVersion"] == gone["metadata"]["resourceVersion"]  # last known state
+    g = gaps(sessions, "ResourceClaim")
+    assert len(g) == 1 and g[0].to_rv is not None and g[0].from_rv is not None
+    assert int(g[0].from_rv) < int(g[0].to_rv)
+
+
+def test_6b_restart_within_history_gets_exact_events_and_no_gap(srv, sessions, watcher_factory):
+    keep = srv.apply(claim("keep"))
+    srv.apply(claim("gone"))
+    w = watcher_factory()
+    _synced(w)
+    w.stop()
+    modified = srv.apply({**keep, "metadata": {**keep["metadata"], "labels": {"changed": "yes"}}})
+    srv.delete("ResourceClaim", "gone", "risk-inference")
+    new = srv.apply(claim("new"))
+    w2 = watcher_factory()
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 5, what="exact events replayed")
+    rows = versions(sessions, "ResourceClaim")
+    assert [r[2] for r in rows[2:]] == ["MODIFIED", "DELETED", "ADDED"]
+    assert rows[2][1] == modified["metadata"]["resourceVersion"] and rows[4][1] == new["metadata"]["resourceVersion"]
+    assert gaps(sessions) == []
+    w2.stop()
+
+
+def test_7_410_on_resume_relists_after_at_most_one_watch(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    n_before = len(watch_requests(srv, "resourceclaims"))
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="error_event"))
+    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    wait_until(lambda: len([q for q in watch_requests(srv, "resourceclaims")[n_before:] if q.get("watch") != "true"]) >= 1,
+               what="relist after 410")
+    after = watch_requests(srv, "resourceclaims")[n_before:]
+    first_list = next(i for i, q in enumerate(after) if q.get("watch") != "true")
+    assert first_list <= 1, f"a LIST follows after at most one extra WATCH: {after}"
+    assert all(q.get("resourceVersion") for q in after if q.get("watch") == "true")
+    with sessions() as s:
+        assert s.execute(select(func.count()).select_from(ObjectVersion).where(ObjectVersion.kind == "Status")).scalar_one() == 0
+    assert all(v[2] != "ERROR" for v in versions(sessions))
+
+
+def test_8_resets_then_503_then_success_backs_off_and_is_not_ready(srv, sessions, watcher_factory):
+    srv.add_fault(Fault(kind="DeviceClass", verb="list", action="reset_before_headers", count=2))
+    srv.add_fault(Fault(kind="DeviceClass", verb="list", action="status", code=503))
+    srv.apply(device_class())
+    w = watcher_factory()
+    time.sleep(0.05)
+    assert not w.readiness().ready
+    _synced(w)
+    assert w.readiness().ready
+    lists = [r.at for r in srv.requests if r.path.endswith("/deviceclasses") and r.query.get("watch") != "true"]
+    assert len(lists) >= 4
+    delays = [b - a for a, b in zip(lists, lists[1:4])]
+    assert delays[-1] > delays[0] * 0.9, f"delays grow (jittered): {delays}"
+    assert [v[0] for v in versions(sessions, "DeviceClass")] == ["gpu.nvidia.com"]
+
+
+def test_9_field_selector_watch_with_first_event_410_recovers(srv, sessions):
+    from collector.kube.client import make_api_client
+    from collector.kube.discovery import watched_kinds
+    from collector.kube.recorder import Recorder
+    from collector.kube.reflector import Reflector
+    import threading
+
+    spec = next(k for k in watched_kinds("v1") if k.kind == "ResourceSlice")
+    srv.apply(gpu_slice("gpu-node-a", [("gpu-0", "GPU-6f1d1e2a-0000-4000-8000-00000000000a")]))
+    recorder = Recorder(sessions, "test-cluster")
+    recorder.start()
+    r = Reflector(spec, make_api_client(host=srv.url), recorder, FAST, field_selector="spec.driver=gpu.nvidia.com")
+    srv.add_fault(Fault(kind="ResourceSlice", verb="watch", action="error_event"))
+    t = threading.Thread(target=r.run, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: r.synced.is_set(), what="slice reflector synced")
+        srv.apply(gpu_slice("gpu-node-b", [("gpu-0", "GPU-6f1d1e2a-0000-4000-8000-00000000000b")]))
+        wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 2, what="second slice")
+        assert all(q.get("fieldSelector") == "spec.driver=gpu.nvidia.com" for q in watch_requests(srv, "resourceslices"))
+        assert t.is_alive()
+    finally:
+        r.stop()
+        t.join(5)
+        recorder.stop()
+
+
+def test_10_in_flight_added_still_gets_inferred_deleted(srv, sessions):
+    import threading
+
+    from collector.kube.client import make_api_client
+    from collector.kube.discovery import watched_kinds
+    from collector.kube.recorder import Recorder
+    from collector.kube.reflector import Reflector
+
+    gate = threading.Event()
+    gate.set()
+    spec = next(k for k in watched_kinds("v1") if k.kind == "ResourceClaim")
+    recorder = Recorder(sessions, "test-cluster", fence=lambda: gate.wait(30))
+    recorder.start()
+    r = Reflector(spec, make_api_client(host=srv.url), recorder, FAST)
+    t = threading.Thread(target=r.run, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: r.synced.is_set(), what="synced")
+        assert recorder.flush(5)
+        gate.clear()  # commits now hang: the next ADDED stays in flight
+        srv.apply(claim("flighty"))
+        wait_until(lambda: "flighty" in {k.raw["metadata"]["name"] for k in r.known.values()}, what="ADDED received")
+        srv.delete("ResourceClaim", "flighty", "risk-inference")
+        srv.compact()
+        srv.restart()
+        wait_until(lambda: not r.in_gap and r.synced.is_set() and r.known == {}, timeout_s=10, what="relisted")
+        gate.set()
+        assert recorder.flush(10)
+        assert [v[2] for v in versions(sessions, "ResourceClaim", "flighty")] == ["ADDED", "RELIST_DELETED"]
+    finally:
+        gate.set()
+        r.stop()
+        t.join(5)
+        recorder.stop()
+
+
+def test_11_invalid_json_and_wrongly_typed_object_quarantined_once(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    bad_slice = gpu_slice("gpu-node-z", [("gpu-0", "GPU-bad")])
+    bad_slice["metadata"].update({"uid": "0e6c-bad", "resourceVersion": str(srv.current_rv + 1)})
+    bad_slice["spec"]["pool"]["resourceSliceCount"] = "1"
+    import json
+
+    srv.add_fault(Fault(kind="ResourceSlice", verb="watch", action="inject_line", raw=b'{"type":"ADDED","object":{"kind":'))
+    srv.add_fault(Fault(kind="ResourceSlice", verb="watch", action="inject_line",
+                        raw=json.dumps({"type": "ADDED", "object": bad_slice}).encode()))
+    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    time.sleep(0.3)
+    good = srv.apply(gpu_slice("gpu-node-a", [("gpu-0", "GPU-good")]))
+    wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 1, what="good slice after the bad lines")
+    wait_until(lambda: len(quarantined(sessions)) == 2, what="two quarantined lines")
+    reasons = [q.reason for q in quarantined(sessions)]
+    assert "not a valid event" in reasons[0] and "resourceSliceCount" in reasons[1]
+    assert quarantined(sessions)[1].raw_text.count("GPU-bad") == 1
+    srv.restart()  # reconnect: the bad lines must not come back
+    srv.apply(gpu_slice("gpu-node-b", [("gpu-0", "GPU-good-2")]))
+    wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 2, what="watch continues")
+    assert len(quarantined(sessions)) == 2
+    assert versions(sessions, "ResourceSlice")[0][1] == good["metadata"]["resourceVersion"]

@@ -1,0 +1,85 @@
+"""Leader election over the fake API server's Leases: one writer, fenced handover, clean stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from collector.sim import FakeApiServer
+from tests.watch_support import claim, start_watcher, versions, wait_until
+
+
+@pytest.fixture
+def srv():
+    server = FakeApiServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_only_the_leader_writes_and_handover_is_fenced(srv, sessions):
+    common = dict(leader_elect=True, lease_namespace="draudit", lease_name="draudit-collector", lease_duration_s=3.0)
+    a = start_watcher(srv, sessions, identity="replica-a", **common)
+    wait_until(lambda: a.elector.is_leader(), what="replica-a leads")
+    b = start_watcher(srv, sessions, identity="replica-b", **common)
+    try:
+        assert a.wait_synced(10)
+        time.sleep(1.0)
+        assert not b.elector.is_leader() and b.recorder is None, "the standby does not write"
+        assert b.readiness().ready  # a healthy standby is ready to take over
+        srv.apply(claim("before-handover"))
+        wait_until(lambda: versions(sessions, "ResourceClaim", "before-handover"), what="leader records")
+
+        # replica-a can no longer renew (API partition for it alone): it must stop writing before
+        # replica-b starts.
+        a_became_invalid = {}
+
+        def fail(_now):
+            raise OSError("partitioned")
+
+        a.elector._try_acquire_or_renew = fail
+        wait_until(lambda: not a.elector.is_leader(), timeout_s=10, what="replica-a fenced")
+        a_became_invalid["t"] = time.monotonic()
+        wait_until(lambda: b.elector.is_leader(), timeout_s=15, what="replica-b takes over")
+        b_started = time.monotonic()
+        assert b_started >= a_became_invalid["t"]
+        assert b.wait_synced(10)
+        srv.apply(claim("after-handover"))
+        wait_until(lambda: versions(sessions, "ResourceClaim", "after-handover"), what="new leader records")
+        lease = srv.get("Lease", "draudit-collector", "draudit")
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+        assert lease["spec"]["leaseTransitions"] >= 1
+    finally:
+        b.stop(5)
+        a.stop(5)
+
+
+def test_sigterm_stops_cleanly_and_commits(srv, tmp_path):
+    db = tmp_path / "draudit.db"
+    env = {**os.environ, "DRAUDIT_DATABASE_URL": f"sqlite:///{db}", "DRAUDIT_CLUSTER": "sig"}
+    subprocess.run([sys.executable, "-m", "collector.cli", "db", "upgrade"], env=env, check=True, capture_output=True)
+    srv.apply(claim("pre-existing"))
+    proc = subprocess.Popen([sys.executable, "-m", "collector.cli", "watch", "--server", srv.url], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        from collector.store.db import make_engine, make_session_factory
+
+        sessions = make_session_factory(make_engine(f"sqlite:///{db}"))
+        wait_until(lambda: versions(sessions, "ResourceClaim"), timeout_s=20, what="initial list stored")
+        for i in range(20):
+            srv.apply(claim(f"burst-{i}"))
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 5
+        assert proc.returncode == 0, proc.stderr.read().decode()
+        assert len(versions(sessions, "ResourceClaim")) == 21
+    finally:
+        if proc.poll() is None:
+            proc.kill()
