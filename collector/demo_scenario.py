@@ -565,9 +565,10 @@ def _pod_object(plan: _PodPlan, at_ns: int) -> dict:
             "enableServiceLinks": True,
             "priority": 0,
             "preemptionPolicy": "PreemptLowerPriority",
-            "tolerations": [
-                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            "tolerations": [  # added by the DefaultTolerationSeconds admission plugin
+                {"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute",
+                 "tolerationSeconds": 300}
+                for taint in ("not-ready", "unreachable")
             ],
         },
         "status": {"phase": "Pending", "qosClass": "Burstable"},
@@ -662,7 +663,8 @@ class _Timeline:
 
 
 def _play_pod(tl: _Timeline, ids: _Ids, plan: _PodPlan, template: dict, start_ns: int) -> tuple[dict, dict]:
-    """Emit one pod's claim lifecycle in dra-api.md §2.6 order; return (placement interval, facts)."""
+    """Emit one pod's start and claim lifecycle in dra-api.md §2.6 order (and its deletion when
+    planned); return (placement interval, facts)."""
     t0 = plan.anchor_ns
     at = lambda off_ms: t0 + off_ms * NS_PER_MS  # noqa: E731 — offset inside this pod's story
     wall = lambda off_ns: start_ns + off_ns  # noqa: E731
@@ -780,46 +782,54 @@ def _play_pod(tl: _Timeline, ids: _Ids, plan: _PodPlan, template: dict, start_ns
     }
 
     if plan.delete_ns is not None:
-        d0 = plan.delete_ns
-        dat = lambda off_ms: d0 + off_ms * NS_PER_MS  # noqa: E731
-        # 8'. pods MODIFIED: deletion requested (graceful, 30 s budget)
-        pod["metadata"]["deletionTimestamp"] = _meta_time(wall(d0 + 30 * NS_PER_S))
-        pod["metadata"]["deletionGracePeriodSeconds"] = 30
-        tl.apply(d0, pod)
-        # 8''. pods MODIFIED: containers exited after draining; terminal phase (kubelet)
-        terminated_ns = dat(_TERMINATED_MS)
-        pod["status"].update({
-            "phase": "Succeeded",
-            "conditions": [
-                _condition("PodReadyToStartContainers", "False", wall(terminated_ns)),
-                _condition("Initialized", "True", wall(creating_ns)),
-                _condition("Ready", "False", wall(terminated_ns), "PodCompleted"),
-                _condition("ContainersReady", "False", wall(terminated_ns), "PodCompleted"),
-                _condition("PodScheduled", "True", wall(at(_BOUND_MS))),
-            ],
-            "containerStatuses": _container_statuses(plan, "terminated", wall(terminated_ns), wall(running_ns)),
-        })
-        _set_managed(pod, "kubelet", "Update", wall(terminated_ns), _KUBELET_STATUS_FIELDS, subresource="status")
-        tl.apply(terminated_ns, pod)
-        # 9. resourceclaims MODIFIED: reservedFor and allocation cleared together (controller)
-        deallocated_ns = dat(_DEALLOCATED_MS)
-        claim["status"] = {}
-        _drop_managed(claim, "kube-scheduler", "status")
-        tl.apply(deallocated_ns, claim)
-        # 10. resourceclaims MODIFIED: finalizer removed (controller)
-        del claim["metadata"]["finalizers"]
-        _drop_managed(claim, "kube-scheduler")
-        creator = next(e for e in claim["metadata"]["managedFields"] if e["manager"] == "kube-controller-manager")
-        _set_managed(claim, "kube-controller-manager", "Update", wall(dat(_FINALIZER_REMOVED_MS)),
-                     creator["fieldsV1"])
-        tl.apply(dat(_FINALIZER_REMOVED_MS), claim)
-        # 11. resourceclaims DELETED (controller: owner pod is done), then the pod object goes
-        tl.delete(dat(_CLAIM_DELETED_MS), claim)
-        tl.delete(dat(_POD_DELETED_MS), pod)
-        interval["to_ns"] = wall(deallocated_ns)
-        facts.update({"deletion_ns": wall(d0), "terminated_ns": wall(terminated_ns),
-                      "drain_window_ns": [wall(d0), wall(terminated_ns)]})
+        _stop_pod(tl, plan, pod, claim, start_ns, interval, facts)
     return interval, facts
+
+
+def _stop_pod(tl: _Timeline, plan: _PodPlan, pod: dict, claim: dict, start_ns: int,
+              interval: dict, facts: dict) -> None:
+    """Emit the deletion of a running pod and its generated claim (dra-api.md §2.6 steps 8–11,
+    §2.5 "who writes what"); close the placement interval and record the drain window."""
+    wall = lambda off_ns: start_ns + off_ns  # noqa: E731
+    at = lambda off_ms: plan.anchor_ns + off_ms * NS_PER_MS  # noqa: E731 — start-phase times
+    d0 = plan.delete_ns
+    dat = lambda off_ms: d0 + off_ms * NS_PER_MS  # noqa: E731 — offset after the deletion request
+    # 8'. pods MODIFIED: deletion requested; deletionTimestamp = request + the 30 s grace period
+    pod["metadata"]["deletionTimestamp"] = _meta_time(wall(d0 + 30 * NS_PER_S))
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30
+    tl.apply(d0, pod)
+    # 8''. pods MODIFIED: containers exited after draining in-flight requests; terminal phase (kubelet)
+    terminated_ns = dat(_TERMINATED_MS)
+    pod["status"].update({
+        "phase": "Succeeded",
+        "conditions": [
+            _condition("PodReadyToStartContainers", "False", wall(terminated_ns)),
+            _condition("Initialized", "True", wall(at(_CREATING_MS))),
+            _condition("Ready", "False", wall(terminated_ns), "PodCompleted"),
+            _condition("ContainersReady", "False", wall(terminated_ns), "PodCompleted"),
+            _condition("PodScheduled", "True", wall(at(_BOUND_MS))),
+        ],
+        "containerStatuses": _container_statuses(plan, "terminated", wall(terminated_ns), wall(at(_RUNNING_MS))),
+    })
+    _set_managed(pod, "kubelet", "Update", wall(terminated_ns), _KUBELET_STATUS_FIELDS, subresource="status")
+    tl.apply(terminated_ns, pod)
+    # 9. resourceclaims MODIFIED: reservedFor and allocation cleared in one write (controller)
+    deallocated_ns = dat(_DEALLOCATED_MS)
+    claim["status"] = {}
+    _drop_managed(claim, "kube-scheduler", "status")
+    tl.apply(deallocated_ns, claim)
+    # 10. resourceclaims MODIFIED: finalizer removed (controller)
+    del claim["metadata"]["finalizers"]
+    _drop_managed(claim, "kube-scheduler")
+    creator = next(e for e in claim["metadata"]["managedFields"] if e["manager"] == "kube-controller-manager")
+    _set_managed(claim, "kube-controller-manager", "Update", wall(dat(_FINALIZER_REMOVED_MS)), creator["fieldsV1"])
+    tl.apply(dat(_FINALIZER_REMOVED_MS), claim)
+    # 11. resourceclaims DELETED (controller: the owner pod is done), then the pod object goes
+    tl.delete(dat(_CLAIM_DELETED_MS), claim)
+    tl.delete(dat(_POD_DELETED_MS), pod)
+    interval["to_ns"] = wall(deallocated_ns)
+    facts.update({"deletion_ns": wall(d0), "terminated_ns": wall(terminated_ns),
+                  "drain_window_ns": [wall(d0), wall(terminated_ns)]})
 
 
 # --------------------------------------------------------------------------------------------
@@ -1137,6 +1147,103 @@ def _split_counts(total: int, weights: list[int]) -> list[int]:
     return counts
 
 
+def _compact(doc: dict) -> str:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+class _LogWriter:
+    """Draws transactions from one seeded RNG and collects Fluent Bit lines (runtime_ns, seq, text).
+
+    The order of calls is part of the output's determinism."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.ids = _Ids(rng)
+        self.seen_ids: set[str] = set()
+        self.lines: list[tuple[int, int, str]] = []
+
+    def new_txn_id(self) -> str:
+        while True:
+            tx = f"TXN-{self.rng.getrandbits(48):012X}"
+            if tx not in self.seen_ids and not _PAN_LIKE.search(tx):
+                self.seen_ids.add(tx)
+                return tx
+
+    def make_txn(self, pod_uid: str, event_ns: int, with_id: bool = True) -> _Txn:
+        r = self.rng.random()
+        decision = "APPROVE" if r < 0.92 else ("REVIEW" if r < 0.98 else "DECLINE")
+        latency = round(self.rng.lognormvariate(math.log(14.0), 0.35), 1)
+        return _Txn(self.new_txn_id() if with_id else None, event_ns, pod_uid,
+                    f"http-nio-8080-exec-{self.rng.randint(1, 40)}", self.ids.hex(32), self.ids.hex(16),
+                    decision if with_id else None, latency if with_id else None)
+
+    def times_in(self, window: list[int], count: int) -> list[int]:
+        """``count`` sorted event times in ``[from, to)``, µs resolution like Logback's Instant."""
+        lo, hi = window
+        return sorted((self.rng.randrange(lo, hi) // 1000) * 1000 for _ in range(count))
+
+    def emit(self, pod: dict, event_ns: int, text: str, stream: str = "stdout") -> dict:
+        """Add one Fluent Bit line; the runtime reads the pipe 40 µs – 3 ms after the app wrote."""
+        runtime_ns = event_ns + self.rng.randint(40_000, 3_000_000)
+        record = _fluentbit_record(pod, runtime_ns, text, stream)
+        self.lines.append((runtime_ns, len(self.lines), _compact(record)))
+        return record
+
+    def emit_malformed(self, pods: list[dict]) -> int:
+        """Add the lines the ingest must quarantine (log-formats.md §0, issue 4); return how many."""
+        kinds = ("truncated-envelope", "truncated-event", "missing-transaction-id", "naive-timestamp", "plain-text")
+        for n, kind in enumerate(kinds):
+            pod = pods[n % len(pods)]
+            event_ns = self.times_in(pod["log_window_ns"], 1)[0]
+            if kind == "missing-transaction-id":
+                bad = self.make_txn(pod["uid"], event_ns, with_id=False)
+                bad.level, bad.message = "WARN", "Rejected scoring request: header X-Transaction-Id is missing"
+                self.emit(pod, event_ns, _compact(_ecs_document(bad, pod)))
+            elif kind == "naive-timestamp":  # a hand-written appender that drops the zone
+                bad = self.make_txn(pod["uid"], event_ns)
+                naive = _instant_text(event_ns).rstrip("Z")
+                self.emit(pod, event_ns, _compact(_ecs_document(bad, pod, timestamp=naive)))
+            elif kind == "plain-text":
+                self.emit(pod, event_ns, "OpenJDK 64-Bit Server VM warning: Sharing is only supported for boot "
+                                         "loader classes because bootstrap classpath has been appended", "stderr")
+            else:
+                event = _compact(_ecs_document(self.make_txn(pod["uid"], event_ns), pod))
+                if kind == "truncated-event":
+                    self.emit(pod, event_ns, event[: len(event) * 3 // 5])
+                else:  # the shipper died mid-record
+                    text = _compact(self.emit(pod, event_ns, event))
+                    runtime_ns, seq, _ = self.lines[-1]
+                    self.lines[-1] = (runtime_ns, seq, text[: len(text) * 11 // 20])
+        return len(kinds)
+
+    def sorted_lines(self) -> list[str]:
+        return [text for _, _, text in sorted(self.lines, key=lambda x: (x[0], x[1]))]
+
+
+def _pick_sample(scenario: Scenario, eligible: list[_Txn], loggers: list[str]) -> list[dict]:
+    """Per logging pod the record nearest the middle of its window, plus one of a violating pod's
+    records well inside the violation; the GPU comes from the placement ground truth."""
+    picks: list[_Txn] = []
+    for uid in loggers:
+        lo, hi = scenario.pods[uid]["log_window_ns"]
+        mine = [x for x in eligible if x.pod_uid == uid]
+        if mine:
+            picks.append(min(mine, key=lambda x: (abs(x.event_ns - (lo + hi) // 2), x.transaction_id)))
+    v = scenario.violation
+    violators = {p["uid"] for p in v["pods"]}
+    during = [x for x in eligible if v["from_ns"] + LOG_MARGIN_NS <= x.event_ns < v["to_ns"] - LOG_MARGIN_NS
+              and x.pod_uid in violators and x not in picks]
+    if during:
+        picks.append(during[len(during) // 2])
+    sample = []
+    for x in picks:
+        interval = scenario.placement_at(x.pod_uid, x.event_ns)
+        if interval is None:  # window records are inside their placement by construction
+            raise AssertionError(f"{x.transaction_id} at {x.event_ns} is outside its pod's placement")
+        sample.append({"transaction_id": x.transaction_id, "physical_gpu_uuid": interval["physical_gpu_uuid"]})
+    return sample
+
+
 def generate_logs(scenario: Scenario, out_dir: str | Path, n_transactions: int = 3000, seed: int = 7,
                   skew_transactions: int = 3) -> LogSet:
     """Write the transactions the ``risk-api`` containers log during ``scenario``.
@@ -1174,47 +1281,24 @@ def generate_logs(scenario: Scenario, out_dir: str | Path, n_transactions: int =
         raise ValueError(f"n_transactions={n_transactions}: need at least 10 to place the PAN and sample records")
     if not 0 <= skew_transactions < n_transactions:
         raise ValueError(f"skew_transactions={skew_transactions}: must be between 0 and n_transactions - 1")
-    rng = random.Random(f"draudit-demo-logs/{seed}")
-    ids = _Ids(rng)
+    w = _LogWriter(random.Random(f"draudit-demo-logs/{seed}"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-
     loggers = [uid for uid, p in scenario.pods.items() if p["log_window_ns"]]
     drainers = [uid for uid in loggers if scenario.pods[uid]["drain_window_ns"]]
     if skew_transactions and not drainers:
         raise ValueError("scenario has no draining pod to place skew-window records in")
-    seen_ids: set[str] = set()
 
-    def new_txn_id() -> str:
-        while True:
-            tx = f"TXN-{rng.getrandbits(48):012X}"
-            if tx not in seen_ids and not _PAN_LIKE.search(tx):
-                seen_ids.add(tx)
-                return tx
-
-    def make_txn(pod_uid: str, event_ns: int, with_id: bool = True) -> _Txn:
-        r = rng.random()
-        decision = "APPROVE" if r < 0.92 else ("REVIEW" if r < 0.98 else "DECLINE")
-        latency = round(rng.lognormvariate(math.log(14.0), 0.35), 1)
-        return _Txn(new_txn_id() if with_id else None, event_ns, pod_uid,
-                    f"http-nio-8080-exec-{rng.randint(1, 40)}", ids.hex(32), ids.hex(16),
-                    decision if with_id else None, latency if with_id else None)
-
-    def times_in(window: list[int], count: int) -> list[int]:
-        lo, hi = window
-        return sorted((rng.randrange(lo, hi) // 1000) * 1000 for _ in range(count))  # µs, like Logback
-
-    # Regular transactions, split by window length.
-    n_regular = n_transactions - skew_transactions
+    # Regular transactions, split by window length; skew-window ones while a replica drains.
     widths = [scenario.pods[u]["log_window_ns"][1] - scenario.pods[u]["log_window_ns"][0] for u in loggers]
     txns: list[_Txn] = []
-    for uid, count in zip(loggers, _split_counts(n_regular, widths)):
-        txns.extend(make_txn(uid, t) for t in times_in(scenario.pods[uid]["log_window_ns"], count))
+    for uid, count in zip(loggers, _split_counts(n_transactions - skew_transactions, widths)):
+        txns.extend(w.make_txn(uid, t) for t in w.times_in(scenario.pods[uid]["log_window_ns"], count))
     skew: list[_Txn] = []
     if skew_transactions:
         d_from, d_to = scenario.pods[drainers[0]]["drain_window_ns"]
         window = [d_from + 100 * NS_PER_MS, d_to - 100 * NS_PER_MS]
-        skew = [make_txn(drainers[0], t) for t in times_in(window, skew_transactions)]
+        skew = [w.make_txn(drainers[0], t) for t in w.times_in(window, skew_transactions)]
 
     # The one PAN record: an issuer decline whose message leaked the card number.
     fb_txns = [x for x in txns if scenario.pods[x.pod_uid]["logs_via"] == "fluentbit"]
@@ -1222,90 +1306,34 @@ def generate_logs(scenario: Scenario, out_dir: str | Path, n_transactions: int =
     pan_txn.level, pan_txn.decision = "WARN", "DECLINE"
     pan_txn.message = f"Issuer declined authorisation for card {TEST_PAN}: insufficient funds"
 
-    # Fluent Bit lines: (runtime_ns, seq, text).
-    lines: list[tuple[int, int, str]] = []
-
-    def emit(pod: dict, event_ns: int, text: str, stream: str = "stdout") -> dict:
-        runtime_ns = event_ns + rng.randint(40_000, 3_000_000)  # CRI read after the app wrote
-        record = _fluentbit_record(pod, runtime_ns, text, stream)
-        lines.append((runtime_ns, len(lines), json.dumps(record, ensure_ascii=False, separators=(",", ":"))))
-        return record
-
     otlp_by_pod: dict[str, list[tuple[_Txn, int]]] = {}
     for txn in sorted(txns + skew, key=lambda x: (x.event_ns, x.transaction_id)):
         pod = scenario.pods[txn.pod_uid]
         if pod["logs_via"] == "otlp":
-            otlp_by_pod.setdefault(txn.pod_uid, []).append((txn, txn.event_ns + rng.randint(200_000, 900_000_000)))
+            observed_ns = txn.event_ns + w.rng.randint(200_000, 900_000_000)  # collector batching
+            otlp_by_pod.setdefault(txn.pod_uid, []).append((txn, observed_ns))
         else:
-            emit(pod, txn.event_ns, json.dumps(_ecs_document(txn, pod), ensure_ascii=False, separators=(",", ":")))
-
-    # Malformed lines, at times inside a Fluent Bit pod's window.
+            w.emit(pod, txn.event_ns, _compact(_ecs_document(txn, pod)))
     fb_pods = [u for u in loggers if scenario.pods[u]["logs_via"] == "fluentbit"]
-    malformed = 0
-    for kind in ("truncated-envelope", "truncated-event", "missing-transaction-id", "naive-timestamp", "plain-text"):
-        uid = fb_pods[malformed % len(fb_pods)]
-        pod = scenario.pods[uid]
-        event_ns = times_in(pod["log_window_ns"], 1)[0]
-        if kind == "missing-transaction-id":
-            bad = make_txn(uid, event_ns, with_id=False)
-            bad.level, bad.message = "WARN", "Rejected scoring request: header X-Transaction-Id is missing"
-            emit(pod, event_ns, json.dumps(_ecs_document(bad, pod), separators=(",", ":")))
-        elif kind == "naive-timestamp":
-            bad = make_txn(uid, event_ns)
-            naive = _instant_text(event_ns).rstrip("Z")  # a hand-written appender that drops the zone
-            emit(pod, event_ns, json.dumps(_ecs_document(bad, pod, timestamp=naive), separators=(",", ":")))
-        elif kind == "plain-text":
-            emit(pod, event_ns, "OpenJDK 64-Bit Server VM warning: Sharing is only supported for boot loader "
-                                "classes because bootstrap classpath has been appended", stream="stderr")
-        else:
-            bad = make_txn(uid, event_ns)
-            event = json.dumps(_ecs_document(bad, pod), separators=(",", ":"))
-            if kind == "truncated-event":
-                emit(pod, event_ns, event[: len(event) * 3 // 5])
-            else:
-                record = emit(pod, event_ns, event)
-                text = json.dumps(record, separators=(",", ":"))
-                lines[-1] = (lines[-1][0], lines[-1][1], text[: len(text) * 11 // 20])
-        malformed += 1
+    malformed = w.emit_malformed([scenario.pods[u] for u in fb_pods])
 
-    lines.sort(key=lambda x: (x[0], x[1]))
     fluentbit_path = out / "fluentbit.jsonl"
-    fluentbit_path.write_text("".join(text + "\n" for _, _, text in lines), encoding="utf-8")
+    fluentbit_path.write_text("".join(text + "\n" for text in w.sorted_lines()), encoding="utf-8")
     otlp_path = out / "otlp.json"
-    request = _otlp_request([(scenario.pods[u], v) for u, v in otlp_by_pod.items()])
-    otlp_path.write_text(json.dumps(request, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
-
-    # Sample: per logging pod the record nearest its window's middle; plus one during the violation.
-    skew_ids = {x.transaction_id for x in skew}
-    eligible = [x for x in txns if x is not pan_txn]
-    picks: list[_Txn] = []
-    for uid in loggers:
-        lo, hi = scenario.pods[uid]["log_window_ns"]
-        mine = [x for x in eligible if x.pod_uid == uid]
-        if mine:
-            picks.append(min(mine, key=lambda x: (abs(x.event_ns - (lo + hi) // 2), x.transaction_id)))
-    v = scenario.violation
-    during = [x for x in eligible if v["from_ns"] + LOG_MARGIN_NS <= x.event_ns < v["to_ns"] - LOG_MARGIN_NS
-              and x.pod_uid in {p["uid"] for p in v["pods"]} and x not in picks]
-    if during:
-        picks.append(during[len(during) // 2])
-    sample = []
-    for x in picks:
-        interval = scenario.placement_at(x.pod_uid, x.event_ns)
-        if interval is None:  # cannot happen for window records; a bug if it does
-            raise AssertionError(f"{x.transaction_id} at {x.event_ns} is outside its pod's placement")
-        sample.append({"transaction_id": x.transaction_id, "physical_gpu_uuid": interval["physical_gpu_uuid"]})
+    otlp_path.write_text(_compact(_otlp_request([(scenario.pods[u], v) for u, v in otlp_by_pod.items()])) + "\n",
+                         encoding="utf-8")
 
     counts = {
         "valid": len(txns) + len(skew),
         "malformed": malformed,
         "pan_lines": 1,
-        "fluentbit_lines": len(lines),
+        "fluentbit_lines": len(w.lines),
         "otlp_records": sum(len(v) for v in otlp_by_pod.values()),
         "skew_window": len(skew),
     }
+    sample = _pick_sample(scenario, [x for x in txns if x is not pan_txn], loggers)
     return LogSet(fluentbit_path=fluentbit_path, otlp_path=otlp_path, counts=counts, sample=sample,
-                  skew_window_transaction_ids=sorted(skew_ids))
+                  skew_window_transaction_ids=sorted(x.transaction_id for x in skew))
 
 
 # --------------------------------------------------------------------------------------------
