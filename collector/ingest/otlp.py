@@ -48,7 +48,7 @@ class OtlpLogRecord:
             "resource": self.resource,
             "scope": {"name": self.scope_name, "version": self.scope_version},
             "logRecord": {
-                "timeUnixNano": str(self.time_unix_nano), "observedTimeUnixNano": str(self.observed_time_unix_nano),
+                "timeUnixNano": self.time_unix_nano, "observedTimeUnixNano": self.observed_time_unix_nano,
                 "severityNumber": self.severity_number, "severityText": self.severity_text, "body": self.body,
                 "attributes": self.attributes, "traceId": self.trace_id, "spanId": self.span_id,
                 "flags": self.flags, "eventName": self.event_name,

@@ -2,8 +2,9 @@
 
 A PAN candidate is a run of 13-19 decimal digits, optionally grouped by single spaces or dashes
 (``4111 1111 1111 1111``, ``4111-1111-1111-1111``), that passes the Luhn check (ISO/IEC 7812-1
-annex B) and is not glued to a letter or digit on either side (``card=4111…`` and ``"4111…"``
-match; the digit runs inside a hex trace id or a UUID do not). A match is replaced by its first 6
+annex B). Letters next to the run do not protect it (``PAN4111…``, ``4111…EUR`` are masked)
+unless the letters and the run together form one hexadecimal token (a trace id, a container id,
+a digest: ``ab4111…cd``) or the run sits inside a UUID. A match is replaced by its first 6
 and last 4 digits with ``*`` in between, separators dropped: ``411111******1111`` — the most
 PCI DSS 3.4.1 allows to be shown. Runs longer than 19 digits are searched for a PAN that starts
 and ends on a group boundary (``ref 2024 4111 1111 1111 1111``).
@@ -20,8 +21,9 @@ from typing import Any
 PAN_MIN_DIGITS = 13
 PAN_MAX_DIGITS = 19
 
-# A digit run with optional single space/dash separators, not touching a letter or digit.
-_CANDIDATE = re.compile(r"(?<![0-9A-Za-z])\d(?:[ \-]?\d){12,}(?![0-9A-Za-z])")
+# A digit run with optional single space/dash separators, not touching another digit.
+_CANDIDATE = re.compile(r"(?<!\d)\d(?:[ \-]?\d){12,}(?!\d)")
+_HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
 _MAYBE = re.compile(r"\d(?:[ \-]?\d){12}")
@@ -73,6 +75,19 @@ def _mask_run(run: str) -> tuple[str, int]:
     return (" ".join(out), count) if count else (run, 0)
 
 
+def _inside_hex_token(text: str, start: int, end: int) -> bool:
+    """True when letters touch the run and the whole alphanumeric token is hexadecimal."""
+    left = start
+    while left > 0 and text[left - 1].isalnum():
+        left -= 1
+    right = end
+    while right < len(text) and text[right].isalnum():
+        right += 1
+    if left == start and right == end:
+        return False
+    return all(c in _HEX_CHARS for c in text[left:start]) and all(c in _HEX_CHARS for c in text[end:right])
+
+
 def mask_text(text: str) -> tuple[str, int]:
     """Mask every PAN in ``text``.
 
@@ -89,6 +104,8 @@ def mask_text(text: str) -> tuple[str, int]:
     for m in _CANDIDATE.finditer(text):
         start, end = m.span()
         if uuids and any(s <= start < e or s < end <= e for s, e in uuids):
+            continue
+        if _inside_hex_token(text, start, end):
             continue
         masked, n = _mask_run(m.group())
         if n:
@@ -121,8 +138,13 @@ class PanMasker:
         self.masked += n
         return out
 
-    def value(self, value: Any) -> Any:
-        """Mask a JSON-like value (str, number, list, dict: keys and values), returning a new value."""
+    def value(self, value: Any, keep_int_keys: frozenset[str] = frozenset()) -> Any:
+        """Mask a JSON-like value (str, number, list, dict: keys and values), returning a new value.
+
+        ``keep_int_keys``: dict keys whose *integer* values are our own parsed nanosecond times
+        (``envelope.runtime_time_ns``…); a 19-digit epoch-ns value passes Luhn one time in ten and
+        must not be garbled. Strings under those keys are still masked.
+        """
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, bool) or value is None:
@@ -144,7 +166,9 @@ class PanMasker:
                 return out
             return value
         if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in value.items()}
+            return {self.text(k) if isinstance(k, str) else k:
+                    v if (k in keep_int_keys and isinstance(v, int)) else self.value(v, keep_int_keys)
+                    for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self.value(v) for v in value]
+            return [self.value(v, keep_int_keys) for v in value]
         return value

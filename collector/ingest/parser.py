@@ -29,7 +29,7 @@ from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode, flatten
 from collector.ingest.otlp import OtlpLogRecord, records_from_json
 from collector.ingest.pan import PanMasker, mask_text
-from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
+from collector.ingest.payloads import PAYLOAD_FORMATS, TIME_KEYS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
 
@@ -80,6 +80,10 @@ def _sanitise(value: Any) -> Any:
     return value
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _sha256_masked(text: str) -> str:
     # The hash is over the *masked* text: an unkeyed hash of a line holding a PAN, next to its
     # masked first 6 / last 4, would let anyone brute-force the middle digits (PCI DSS 3.5.1.1).
@@ -118,13 +122,14 @@ class LineParser:
 
     # -- rejections ----------------------------------------------------------------------------
 
-    def reject(self, text: str, reason: str, source: str, position: str | None, *, truncated: bool = False) -> Outcome:
+    def reject(self, text: str, reason: str, source: str, position: str | None, *, truncated: bool = False,
+               premasked: bool = False) -> Outcome:
         """A quarantine outcome: ``text`` masked (then truncated for oversize input), reason masked."""
-        masked = self.masker.text(_sanitise(text))
+        masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text))
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
             masked = _TRAILING_DIGITS.sub("", masked) + "…"  # never keep a PAN cut in half
-        return Outcome(source, position, reason=self.masker.text(reason), raw_text=masked,
+        return Outcome(self.masker.text(source), position, reason=self.masker.text(reason), raw_text=masked,
                        raw_sha256=hashlib.sha256(masked.encode("utf-8")).hexdigest())
 
     # -- entry points ----------------------------------------------------------------------------
@@ -303,11 +308,14 @@ class LineParser:
     # -- OTLP ----------------------------------------------------------------------------------------
 
     def _otlp(self, r: OtlpLogRecord, source: str, position: str) -> Outcome:
-        raw = canonical_json(r.view()).decode("utf-8")
+        # The record's "raw line" is the canonical JSON of its view, masked with our own times kept.
+        view = r.view()
+        raw = canonical_json(PanMasker().value(view, TIME_KEYS)).decode("utf-8")
         try:
             return Outcome(source, position, record=self._otlp_record(r, raw, source, position))
         except (Rejected, JsonRejected) as exc:
-            return self.reject(raw, exc.reason, source, position)
+            counted = canonical_json(self.masker.value(view, TIME_KEYS)).decode("utf-8")
+            return self.reject(counted, exc.reason, source, position, premasked=True)
 
     def _otlp_record(self, r: OtlpLogRecord, raw: str, source: str, position: str) -> CanonicalRecord:
         res = r.resource
@@ -348,11 +356,11 @@ class LineParser:
             flat = prepare(doc, fmt)
             extra.update({f"envelope.otel.{k}": v for k, v in attrs.items()
                           if k not in ("log.iostream", "log.file.path", "logtag")})
-            return self.builder.build(flat, fmt, env, self.masker, raw_sha256=_sha256_masked(raw), source=source,
+            return self.builder.build(flat, fmt, env, self.masker, raw_sha256=_sha256(raw), source=source,
                                       position=position, trace_id=r.trace_id, span_id=r.span_id,
                                       extra_attributes=extra)
         flat = flatten(body) if isinstance(body, dict) else ({"message": body} if body is not None else {})
         flat.update(flatten(attrs))
-        return self.builder.build(flat, "otlp", env, self.masker, raw_sha256=_sha256_masked(raw), source=source,
+        return self.builder.build(flat, "otlp", env, self.masker, raw_sha256=_sha256(raw), source=source,
                                   position=position, event_time=time, trace_id=r.trace_id, span_id=r.span_id,
                                   extra_attributes=extra)

@@ -20,6 +20,8 @@ from collector.ingest.pan import PanMasker
 from collector.ingest.record import CanonicalRecord, coerce_latency_ms, normalise_span_id, normalise_trace_id
 
 PAYLOAD_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "json")
+# Integer nanosecond times we parsed ourselves and store as attributes: not masked (pan.PanMasker).
+TIME_KEYS = frozenset({"envelope.runtime_time_ns", "envelope.observed_time_ns", "timeUnixNano", "observedTimeUnixNano"})
 
 
 class Rejected(Exception):
@@ -210,7 +212,7 @@ class RecordBuilder:
             model_version=m(model_version) if model_version else None,
             decision=m(decision) if decision else None,
             latency_ms=latency, trace_id=tid, span_id=sid,
-            attributes=masker.value(attributes),
+            attributes=masker.value(attributes, TIME_KEYS),
         )
         col = rec.too_long()
         if col:

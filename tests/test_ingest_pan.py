@@ -1,0 +1,79 @@
+"""PAN masking (PCI DSS v4.0 req. 3.3/3.4): card numbers never survive, lookalikes mostly do.
+
+Card numbers below are the public test PANs card networks and PSPs publish for integration tests
+(they pass Luhn by construction and are not real accounts).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.ingest.pan import PanMasker, luhn_ok, mask_text
+
+TEST_PANS = [
+    "4111111111111111",     # Visa, 16
+    "5555555555554444",     # Mastercard
+    "378282246310005",      # American Express, 15
+    "6011111111111117",     # Discover
+    "4222222222222",        # Visa, 13 digits
+    "6205500000000000004",  # UnionPay, 19 digits
+]
+
+
+@pytest.mark.parametrize("pan", TEST_PANS)
+def test_published_test_pans_pass_luhn_and_are_masked_first6_last4(pan):
+    assert luhn_ok(pan)
+    masked, n = mask_text(f"card {pan} declined")
+    assert n == 1
+    assert masked == f"card {pan[:6]}{'*' * (len(pan) - 10)}{pan[-4:]} declined"
+    assert pan not in masked
+
+
+def test_luhn_rejects_a_changed_digit():
+    assert not luhn_ok("4111111111111112")
+    assert not luhn_ok("5555555555554445")
+
+
+@pytest.mark.parametrize("text", [
+    "4111 1111 1111 1111", "4111-1111-1111-1111", "pan=4111111111111111;", '"4111111111111111"',
+    "3782 822463 10005", "PAN4111111111111111", "5555555555554444EUR", "card_6011111111111117",
+])
+def test_grouped_and_delimited_forms(text):
+    masked, n = mask_text(text)
+    assert n == 1
+    digits = "".join(c for c in masked if c.isdigit())
+    assert len(digits) == 10 and "*" in masked
+
+
+def test_pan_inside_a_longer_grouped_run_is_found():
+    masked, n = mask_text("ref 2024 4111 1111 1111 1111 ok")
+    assert n == 1 and masked == "ref 2024 411111******1111 ok"
+
+
+@pytest.mark.parametrize("text", [
+    "4111111111111112",                           # fails Luhn
+    "411111111111",                               # 12 digits: too short
+    "41111111111111111111111",                    # 23 digits in one group: not a PAN
+    "trace 4bf92f3577b34da6a3ce929d0e0e4736",    # hex id
+    "id a4111111111111111b",                      # inside a hex token
+    "sha256:ab4111111111111111cdef0123",          # digest
+    "uid 12345678-1234-4111-1111-111111111111",   # UUID-shaped
+    "2025-03-04T10:15:00.067462Z",
+])
+def test_lookalikes_are_left_alone(text):
+    assert mask_text(text) == (text, 0)
+
+
+def test_masker_handles_nested_values_numbers_and_keys():
+    m = PanMasker()
+    value = {"card": 4111111111111111, "nested": {"list": ["x 5555555555554444"]},
+             "4111111111111111": "key", "latency_ms": 12.4, "ok": True, "count": 3}
+    out = m.value(value)
+    assert out == {"card": "411111******1111", "nested": {"list": ["x 555555******4444"]},
+                   "411111******1111": "key", "latency_ms": 12.4, "ok": True, "count": 3}
+    assert m.masked == 3
+
+
+def test_masking_is_idempotent():
+    once, _ = mask_text("4111111111111111 and 5555-5555-5555-4444")
+    assert mask_text(once) == (once, 0)

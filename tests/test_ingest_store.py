@@ -1,0 +1,230 @@
+"""Ingestion into the store, on SQLite and PostgreSQL: counts reconcile, dedupe, conflicts,
+quarantine, the ledger, the CLI, and no full card number anywhere in the database."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import REGISTRY
+from sqlalchemy import func, select, text
+
+from collector.cli import cli
+from collector.ingest.pipeline import IngestRun
+from collector.settings import Settings
+from collector.store import ledger
+from collector.store.models import InferenceRecord, Quarantine
+
+DATA = Path(__file__).parent / "data" / "logs"
+POD_UID = "0f3c2a9e-6a51-4d0e-9d7e-1b2c3d4e5f60"
+ALL_SAMPLES = sorted(p for p in DATA.iterdir() if p.suffix in (".jsonl", ".log", ".json"))
+
+
+def settings_for(database_url: str, **kw) -> Settings:
+    return Settings(database_url=database_url, cluster="prod-eu", **kw)
+
+
+def ingest_paths(sessions, settings, paths, **kw):
+    run = IngestRun(sessions, settings, **kw)
+    for p in paths:
+        with open(p, "rb") as f:
+            run.ingest_stream(f, str(p))
+    return run.finish()
+
+
+def table_counts(sessions):
+    with sessions() as s:
+        records = s.scalar(select(func.count()).select_from(InferenceRecord))
+        quarantined = s.scalar(select(func.count()).select_from(Quarantine).where(Quarantine.stage == "ingest"))
+        conflicts = s.scalar(select(func.count()).select_from(InferenceRecord).where(InferenceRecord.conflict.is_(True)))
+    return records, quarantined, conflicts
+
+
+def test_every_sample_file_reconciles_and_the_ledger_covers_every_row(sessions, database_url):
+    counts = ingest_paths(sessions, settings_for(database_url), ALL_SAMPLES, batch_size=7)
+    assert counts.reconciles and counts.read > 0
+    records, quarantined, conflicts = table_counts(sessions)
+    assert (records, quarantined, conflicts) == (counts.stored, counts.quarantined, counts.conflicts)
+    # T-000193 is one transaction shipped in 15 files: the lines with the same business content
+    # collapse to one row each. Four contents remain: bare app lines (no pod identity), envelopes
+    # with the pod UID, the classic Fluent Bit parser without pod_id (namespace + name only), and
+    # GELF (millisecond time). The first stored is not a conflict; the others are flagged.
+    with sessions() as s:
+        rows = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-000193")
+                         .order_by(InferenceRecord.id)).scalars().all()
+        t, t_ms = 1_741_083_300_067_462_000, 1_741_083_300_067_000_000
+        assert {(r.pod_uid, r.pod_name, r.event_time_ns) for r in rows} == {
+            (None, None, t), (POD_UID, "fraud-api-7c9d8-x2k4q", t), (None, "fraud-api-7c9d8-x2k4q", t), (None, None, t_ms)}
+        assert [r.conflict for r in rows] == [False, True, True, True]
+        assert all(r.cluster == "prod-eu" for r in rows)
+        verdict = ledger.verify(s)
+    assert verdict.ok, verdict.first_break
+    assert verdict.entries == records + quarantined
+
+
+def test_retried_lines_are_stored_once_and_changed_content_is_a_conflict(sessions, database_url):
+    settings = settings_for(database_url)
+    first = ingest_paths(sessions, settings, [DATA / "fluentbit_merge_off.jsonl"])
+    assert first.as_dict() == {"read": 3, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    # The same lines again (a shipper retry) and through Vector (another shipper): duplicates.
+    again = ingest_paths(sessions, settings, [DATA / "fluentbit_merge_off.jsonl", DATA / "vector.jsonl"])
+    assert (again.stored, again.duplicates, again.quarantined) == (0, 4, 2)
+    # Same transaction id, different decision: stored again, flagged.
+    line = (DATA / "fluentbit_merge_off.jsonl").read_text().splitlines()[0].replace("DECLINE", "APPROVE")
+    changed = DATA.parent.parent / "_changed.jsonl"
+    try:
+        changed.write_text(line + "\n" + line + "\n")
+        third = ingest_paths(sessions, settings, [changed])
+    finally:
+        changed.unlink()
+    assert (third.stored, third.conflicts, third.duplicates) == (1, 1, 1)
+    with sessions() as s:
+        rows = s.execute(select(InferenceRecord.decision, InferenceRecord.conflict)
+                         .where(InferenceRecord.transaction_id == "T-000193").order_by(InferenceRecord.id)).all()
+    assert [tuple(r) for r in rows] == [("DECLINE", False), ("APPROVE", True)]
+
+
+def test_conflicts_within_one_batch(sessions, database_url, tmp_path):
+    a = '{"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-7","decision":"APPROVE"}'
+    b = '{"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-7","decision":"DECLINE"}'
+    path = tmp_path / "app.log"
+    path.write_text("\n".join([a, b, a, b]) + "\n")
+    counts = ingest_paths(sessions, settings_for(database_url), [path])
+    assert counts.as_dict() == {"read": 4, "stored": 2, "duplicates": 2, "conflicts": 1, "quarantined": 0, "pan_masked": 0}
+
+
+PANS = ["4111111111111111", "5555555555554444", "378282246310005", "6011111111111117"]
+
+
+def test_no_full_pan_reaches_the_database(sessions, engine, database_url, backend, tmp_path):
+    pod = tmp_path / "var/log/pods" / f"risk-inference_fraud-api-7c9d8-x2k4q_{POD_UID}" / "api" / "0.log"
+    pod.parent.mkdir(parents=True)
+    app = {"@timestamp": "2025-03-04T10:15:00.067462Z", "log": {"level": "WARN", "logger": "com.example.fraud.ScoringService"},
+           "message": "declined card 4111 1111 1111 1111 for velocity", "txn_id": "T-000300",
+           "cardNumber": "5555-5555-5555-4444", "pan_number": 378282246310005, "decision": "DECLINE", "latency_ms": 3.1,
+           "ecs": {"version": "8.11"}}
+    txn_is_pan = dict(app, txn_id="6011111111111117", message="ok")
+    lines = [
+        f"2025-03-04T10:15:00.067901337Z stdout F {json.dumps(app)}",
+        f"2025-03-04T10:15:00.067902Z stdout F {json.dumps(txn_is_pan)}",
+        "2025-03-04T10:15:00.067903Z stderr F java.lang.IllegalStateException: card 4111111111111111 rejected",
+        # oversize line with a PAN right where the quarantine prefix is cut
+        "2025-03-04T10:15:00.067904Z stdout F {\"txn_id\":\"T-1\",\"m\":\"" + "x" * 4030 + " 5555555555554444" + "Y" * 70_000 + "\"}",
+    ]
+    data = ("\n".join(lines) + "\n").encode() + b'{"txn_id":"T-2","note":"\xff 4111111111111111"}\n'
+    pod.write_bytes(data)
+    counts = ingest_paths(sessions, settings_for(database_url), [pod])
+    assert counts.as_dict() == {"read": 5, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 3,
+                                "pan_masked": 9}
+    with sessions() as s:
+        rec = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-000300")).scalar_one()
+        assert rec.attributes["message"] == "declined card 411111******1111 for velocity"
+        assert rec.attributes["cardNumber"] == "555555******4444"
+        assert rec.attributes["pan_number"] == "378282*****0005"
+        assert s.scalar(select(func.count()).select_from(InferenceRecord)
+                        .where(InferenceRecord.transaction_id == "601111******1117")) == 1
+        reasons = s.execute(select(Quarantine.position, Quarantine.reason, Quarantine.raw_text)
+                            .order_by(Quarantine.id)).all()
+    assert [r.position for r in reasons] == ["3", "4", "5"]
+    assert "411111******1111" in reasons[0].raw_text
+    if backend == "postgresql":
+        dump = []
+        with engine.connect() as conn:
+            for table in ("inference_records", "quarantine", "ledger"):
+                dump += conn.execute(text(f"SELECT row_to_json(t)::text FROM {table} t")).scalars().all()
+        blob = "\n".join(dump)
+    else:
+        engine.dispose()
+        db = Path(database_url.removeprefix("sqlite:///"))
+        blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*")).decode("latin-1")
+    assert "T-000300" in blob  # we are looking at the right data
+    for pan in PANS:
+        for form in (pan, " ".join([pan[:4], pan[4:8], pan[8:12], pan[12:]]), "-".join([pan[:4], pan[4:8], pan[8:12], pan[12:]])):
+            assert form not in blob, f"full PAN {form} found in the {backend} database"
+
+
+def test_hostile_lines_are_quarantined_with_reason_source_and_position(sessions, database_url, tmp_path):
+    path = tmp_path / "hostile.log"
+    good = (DATA / "spring_ecs_34_flat.jsonl").read_bytes().splitlines()[0]
+    with open(path, "wb") as f:
+        f.write(b'{"txn_id":"T-1","a":' + b"[" * 10_000 + b"]" * 10_000 + b"}\n")
+        f.write(b'{"txn_id":"T-2","m":"' + b"z" * 10_000_000 + b'"}\n')
+        f.write(b'{"txn_id":"T-3","m":"\xc3\x28"}\n')
+        f.write(b'{"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-4","decision":"APPROVE","decision":"DECLINE"}\n')
+        f.write(b'{"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-5","m":"nul \\u0000 here"}\n')
+        f.write(b"Picked up JAVA_TOOL_OPTIONS: -javaagent:/otel/opentelemetry-javaagent.jar\n")
+        f.write(good + b"\n")
+    counts = ingest_paths(sessions, settings_for(database_url), [path])
+    assert counts.as_dict() == {"read": 7, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 5, "pan_masked": 0}
+    with sessions() as s:
+        rows = s.execute(select(Quarantine).order_by(Quarantine.id)).scalars().all()
+        nul = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-5")).scalar_one()
+    assert [(r.position, r.reason.split(":")[0]) for r in rows] == [
+        ("1", "nesting-too-deep"), ("2", "line-too-long"), ("3", "not-utf8"), ("4", "duplicate-key"), ("6", "unparseable")]
+    assert all(r.source == str(path) and r.stage == "ingest" for r in rows)
+    assert len(rows[1].raw_text) <= 4097 and rows[1].raw_text.startswith('{"txn_id":"T-2"')
+    assert nul.attributes["m"] == "nul \ufffd here"
+
+
+def test_metrics_count_committed_outcomes(sessions, database_url):
+    def sample(name, **labels):
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = (sample("draudit_ingest_lines_total", outcome="stored"), sample("draudit_ingest_lines_total", outcome="quarantined"))
+    ingest_paths(sessions, settings_for(database_url), [DATA / "vector.jsonl"])
+    after = (sample("draudit_ingest_lines_total", outcome="stored"), sample("draudit_ingest_lines_total", outcome="quarantined"))
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------
+
+
+def _migrated(database_url):
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0
+    return runner
+
+
+def test_cli_json_output_is_one_object_with_the_counts(database_url, tmp_path):
+    runner = _migrated(database_url)
+    gz = tmp_path / "fluentbit.jsonl.gz"
+    with gzip.open(gz, "wb") as f:
+        f.write((DATA / "fluentbit_merge_log_key.jsonl").read_bytes())
+    plain = tmp_path / "vector.jsonl"
+    shutil.copy(DATA / "vector.jsonl", plain)
+    result = runner.invoke(cli, ["ingest", str(gz), str(plain), "--database-url", database_url, "--output", "json",
+                                 "--cluster", "prod-eu"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc == {"read": 6, "stored": 2, "duplicates": 2, "conflicts": 0, "quarantined": 2, "pan_masked": 0}
+
+
+def test_cli_reads_stdin_and_prints_a_summary(database_url):
+    runner = _migrated(database_url)
+    body = (DATA / "gelf.jsonl").read_bytes() + b"not json at all\n"
+    result = runner.invoke(cli, ["ingest", "-", "--database-url", database_url, "--format", "gelf"], input=body)
+    assert result.exit_code == 0, result.output
+    assert "read 3  stored 2 (conflicts 0)  duplicates 0  quarantined 1" in result.stdout
+    assert "unparseable" in result.stdout
+
+
+def test_cli_rejects_a_store_without_schema_and_a_missing_file(tmp_path):
+    runner = CliRunner()
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url])
+    assert result.exit_code != 0 and "draudit db upgrade" in result.stderr
+    _migrated(url)
+    result = runner.invoke(cli, ["ingest", str(tmp_path / "nope.log"), "--database-url", url])
+    assert result.exit_code == 2 and "nope.log: cannot open it" in result.stderr
+
+
+@pytest.mark.parametrize("zone_name", ["Mars/Olympus"])
+def test_cli_rejects_an_unknown_default_zone(tmp_path, zone_name):
+    url = f"sqlite:///{tmp_path / 'z.db'}"
+    runner = _migrated(url)
+    result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url, "--default-tz", zone_name])
+    assert result.exit_code == 2 and "IANA" in result.stderr
