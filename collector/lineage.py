@@ -17,9 +17,11 @@ correction). Per record at ``t = event_time_ns`` (design.md "Attribution", dra-a
    container of the pod (the sidecar pattern: ``risk-api`` logs, ``triton-sidecar`` holds the GPU).
    Their pod claim names → ``pod_claim_refs`` valid at ``t`` (a NULL ``claim_name`` means "no claim
    needed") → none: ``no-claim``.
-4. **allocation** — the ``allocation_episodes`` of (claim namespace, claim name) valid at ``t`` in
-   which this pod is a consumer at ``t`` (``claim_consumers``) or the owner (template claim), then
-   its ``allocation_results`` passing the kubelet's request filter
+4. **allocation** — the ``allocation_episodes`` of (claim namespace, claim name) valid at ``t`` that
+   reserved this pod (``claim_consumers``: a pod runs only once it is in ``status.reservedFor``,
+   dra-api.md §5.2), where the reservation is valid at ``t`` or the pod owns the claim (template
+   claim: its reservation may be observed a moment after the log's clock says); then the episode's
+   ``allocation_results`` passing the kubelet's request filter
    ``ref.request == "" or r.request == ref.request or r.request.split("/")[0] == ref.request``;
    ``adminAccess`` results are monitoring access, never "served by". None: ``no-allocation``.
 5. **device** — ``device_states`` of (cluster, driver, pool, device) valid at ``t`` (the highest

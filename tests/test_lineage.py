@@ -238,8 +238,16 @@ def test_consumer_not_in_reserved_for_is_not_served(hist):
     h.claim("shared-a100", T0, results=[("gpu", "gpu-node-a", "gpu-0")], consumers=[(p1, "scorer-a", T0 + 90 * S, None)])
     rec = h.record("txn-early", T0 + 30 * S, pod_uid=p1)
 
+    # a pod-owned template claim counts while its reservation is not (yet) observed
+    owner = h.pod("fraud-scorer-0", "gpu-node-a", T0, claims={"gpu": "fraud-scorer-0-gpu-q8w2e"},
+                  containers={"triton": [("gpu", "")]})
+    h.claim("fraud-scorer-0-gpu-q8w2e", T0, results=[("gpu", "gpu-node-a", "gpu-0")],
+            consumers=[(owner, "fraud-scorer-0", T0 + 90 * S, None)], owner=owner)
+    owned = h.record("txn-owned", T0 + 30 * S, pod_uid=owner)
+
     attribute(h.s)
     assert (lineage_of(h.s, rec)["status"], lineage_of(h.s, rec)["reason"]) == ("unattributed", "no-allocation")
+    assert (lineage_of(h.s, owned)["status"], lineage_of(h.s, owned)["physical_gpu_uuid"]) == ("exact", GPU_A)
 
 
 def sidecar_pod(h: History, name: str = "risk-api-7d9f8c-x2x9z") -> str:
