@@ -3,11 +3,13 @@ that agree with the placement ground truth (dra-api.md, log-formats.md, issue 7)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
 
 import kubernetes_validate
+import kubernetes_validate.utils
 import pytest
 
 from collector import demo_scenario as ds
@@ -90,7 +92,10 @@ def claim_episodes(scenario) -> list[dict]:
 # ---- objects -------------------------------------------------------------------------------------
 
 
-def test_every_applied_object_validates_against_the_kubernetes_1_36_schema(scenario):
+def test_every_applied_object_validates_against_the_kubernetes_1_36_schema(scenario, monkeypatch):
+    # validate() re-reads the schema files on every call; reading each once keeps this test fast
+    monkeypatch.setattr(kubernetes_validate.utils, "schema_contents",
+                        functools.lru_cache(maxsize=None)(kubernetes_validate.utils.schema_contents))
     kinds = set()
     for _, step in enumerate(scenario.steps):
         obj = step["object"]
@@ -534,11 +539,15 @@ def test_the_steps_play_through_the_fake_api_server(scenario):
                 srv.delete(obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
         cfg = kubernetes.client.Configuration()
         cfg.host = srv.url
-        with kubernetes.client.ApiClient(cfg) as api:
-            claims = kubernetes.client.ResourceV1Api(api).list_resource_claim_for_all_namespaces().items
-            pods = kubernetes.client.CoreV1Api(api).list_pod_for_all_namespaces().items
+        with kubernetes.client.ApiClient(cfg) as api:  # raw JSON: the watcher keeps objects raw too
+            claims = json.loads(kubernetes.client.ResourceV1Api(api).list_resource_claim_for_all_namespaces(
+                _preload_content=False).data)["items"]
+            pods = json.loads(kubernetes.client.CoreV1Api(api).list_pod_for_all_namespaces(
+                _preload_content=False).data)["items"]
     still_held = {uid for uid, ivs in scenario.placement.items() if ivs[-1]["to_ns"] is None}
-    assert {p.metadata.uid for p in pods} == still_held and all(p.status.phase == "Running" for p in pods)
-    assert {c.status.reserved_for[0].uid for c in claims} == still_held
-    shared = [c.status.allocation.devices.results[0] for c in claims if c.metadata.namespace == "risk-inference"]
-    assert len(shared) == 2 and all(r.share_id and r.consumed_capacity == {"memory": "12Gi"} for r in shared)
+    assert {p["metadata"]["uid"] for p in pods} == still_held
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    assert {c["status"]["reservedFor"][0]["uid"] for c in claims} == still_held
+    shared = [c["status"]["allocation"]["devices"]["results"][0] for c in claims
+              if c["metadata"]["namespace"] == "risk-inference"]
+    assert len(shared) == 2 and all(r["shareID"] and r["consumedCapacity"] == {"memory": "12Gi"} for r in shared)
