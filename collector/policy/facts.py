@@ -112,14 +112,15 @@ FROM (
            CASE WHEN r.admin_access THEN 1 ELSE 0 END AS admin_access, r.share_id,
            e.cluster || '/' || r.driver || '/' || r.pool || '/' || r.device AS device_key,
            e.valid_from_ns AS from_ns, COALESCE(e.valid_to_ns, :open_end) AS to_ns,
-           (SELECT ds.id FROM device_states ds
-             WHERE ds.cluster = e.cluster AND ds.driver = r.driver AND ds.pool = r.pool AND ds.device = r.device
-               AND ds.valid_from_ns < COALESCE(e.valid_to_ns, :open_end)
-               AND COALESCE(ds.valid_to_ns, :open_end) > e.valid_from_ns
-             ORDER BY CASE WHEN ds.valid_from_ns <= e.valid_from_ns THEN 0 ELSE 1 END,
-                      CASE WHEN ds.valid_from_ns <= e.valid_from_ns THEN -ds.valid_from_ns ELSE ds.valid_from_ns END,
-                      ds.id
-             LIMIT 1) AS device_state_id
+           COALESCE(
+             (SELECT ds.id FROM device_states ds
+               WHERE ds.cluster = e.cluster AND ds.driver = r.driver AND ds.pool = r.pool AND ds.device = r.device
+                 AND ds.valid_from_ns <= e.valid_from_ns AND COALESCE(ds.valid_to_ns, :open_end) > e.valid_from_ns
+               ORDER BY ds.valid_from_ns DESC, ds.id DESC LIMIT 1),
+             (SELECT ds.id FROM device_states ds
+               WHERE ds.cluster = e.cluster AND ds.driver = r.driver AND ds.pool = r.pool AND ds.device = r.device
+                 AND ds.valid_from_ns > e.valid_from_ns AND ds.valid_from_ns < COALESCE(e.valid_to_ns, :open_end)
+               ORDER BY ds.valid_from_ns, ds.id LIMIT 1)) AS device_state_id
       FROM allocation_results r
       JOIN allocation_episodes e ON e.id = r.episode_id
      WHERE e.valid_from_ns < :period_to

@@ -12,6 +12,8 @@ Go evaluator (``opa_bindings``, PyPI ``opa-golib-python-bindings``). Endpoints:
 - ``PUT /v1/data/<path>`` (JSON) → 204
 - ``POST|GET /v1/data/<path>`` (body ``{"input": ...}``) → 200 ``{"result": value}``, or 200 ``{}``
   when the document is undefined; an evaluation error → 500 ``{"code": "internal_error", ...}``.
+- ``POST /v1/query`` (body ``{"query", "input"}``) → 200 ``{"result": [bindings, ...]}``; a query
+  that does not compile → 400.
 
 Not for production: no authentication, loopback only.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -62,6 +65,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
         return
 
+    def setup(self) -> None:
+        super().setup()
+        # headers and body are separate writes: without NODELAY each answer waits for a delayed ACK
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # -- plumbing -----------------------------------------------------------------------------
 
     def _body(self) -> bytes:
@@ -79,7 +87,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self) -> tuple[str, str]:
         path = unquote(urlsplit(self.path).path)
-        for prefix, kind in (("/v1/policies", "policies"), ("/v1/data", "data")):
+        for prefix, kind in (("/v1/policies", "policies"), ("/v1/data", "data"), ("/v1/query", "query")):
             if path == prefix or path.startswith(prefix + "/"):
                 return kind, path[len(prefix):].strip("/")
         return ("health" if path == "/health" else "unknown"), path
@@ -104,14 +112,30 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         kind, rest = self._route()
-        if kind != "data":
+        if kind not in ("data", "query"):
             return self._send(404, {"code": "resource_not_found", "message": f"no endpoint {self.path}"})
         raw = self._body()
         try:
             body = json.loads(raw) if raw else {}
         except json.JSONDecodeError as exc:
             return self._send(400, {"code": "invalid_parameter", "message": f"body is not JSON: {exc}"})
-        return self._evaluate(rest, body.get("input") if isinstance(body, dict) else None)
+        body = body if isinstance(body, dict) else {}
+        if kind == "query":
+            return self._ad_hoc(body.get("query"), body.get("input"))
+        return self._evaluate(rest, body.get("input"))
+
+    def _ad_hoc(self, query: Any, input: Any) -> None:
+        from opa_bindings import OpaError
+
+        if not isinstance(query, str) or not query.strip():
+            return self._send(400, {"code": "invalid_parameter", "message": "missing query"})
+        state = self.server.state
+        try:
+            with state.lock:
+                rows = state.engine().eval_query(query, input)
+        except OpaError as exc:
+            return self._send(400, {"code": "invalid_parameter", "message": exc.message})
+        return self._send(200, {"result": rows})
 
     def do_PUT(self) -> None:  # noqa: N802
         kind, rest = self._route()
@@ -196,6 +220,27 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int]) -> None:
         super().__init__(address, _Handler)
         self.state = _State()
+        self.connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def drop_connections(self) -> None:
+        """Cut kept-alive client connections, as a process that dies would."""
+        with self._connections_lock:
+            for conn in list(self.connections):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 class OpaContractServer:
@@ -221,8 +266,10 @@ class OpaContractServer:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut open connections (clients see the server go away)."""
         self._server.shutdown()
         self._server.server_close()
+        self._server.drop_connections()
 
     def __enter__(self) -> "OpaContractServer":
         return self.start()

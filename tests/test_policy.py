@@ -1,0 +1,184 @@
+"""Policy evaluation over stored histories: SQL facts → regorus → findings, on SQLite and PostgreSQL.
+
+The history (tests/test_policy_support.py) plants one instance of each problem the bundle looks
+for on a background that must produce nothing, plus MIG-isolated sharing, which is an
+observation and never a violation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from collector.cli import cli
+from collector.policy.bundle import load_bundle
+from collector.policy.engines import RegorusEngine
+from collector.policy.facts import build_facts
+from collector.policy.findings import evaluate_period
+from collector.store import ledger
+from collector.store.models import Finding
+from collector.timeutil import NS_PER_S, ns_to_rfc3339
+from test_policy_support import DAY, EXPECTED_RULES, H, History, at, gpu_uuid, plant_history
+
+BUNDLE_DIR = Path(__file__).resolve().parent.parent / "policies"
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return load_bundle(BUNDLE_DIR)
+
+
+@pytest.fixture
+def regorus_engine(bundle):
+    engine = RegorusEngine()
+    engine.load_bundle(bundle)
+    return engine
+
+
+@pytest.fixture
+def planted(sessions):
+    with sessions.begin() as s:
+        return plant_history(s)
+
+
+def _facts(sessions, period=DAY, **kwargs):
+    with sessions.begin() as s:
+        return build_facts(s, *period, **kwargs)
+
+
+def test_facts_pair_only_allocations_that_meet_on_one_physical_gpu(sessions, planted):
+    facts = _facts(sessions)
+    pairs = {(o["a"]["claim"], o["b"]["claim"]): o for o in facts["overlaps"]}
+    assert set(pairs) == {("fraud-mig", "recs-mig"), ("fraud-share", "recs-share"), ("fraud-2-gpu", "fraud-3-gpu")}
+    mig = pairs[("fraud-mig", "recs-mig")]
+    assert (mig["same_device"], mig["a"]["mig"], mig["b"]["mig"]) == (False, True, True)
+    assert mig["physical_gpu_uuid"] == gpu_uuid("B0")
+    assert (mig["from_ns"], mig["to_ns"]) == (at(3 * H), at(6 * H))
+    share = pairs[("fraud-share", "recs-share")]
+    assert share["same_device"] and share["a"]["share_id"] == "3f1c9a2e" and share["a"]["allow_multiple_allocations"]
+    assert {share["a"]["id"], share["b"]["id"]} == {planted["share_a"], planted["share_b"]}
+
+
+def test_facts_hand_over_gpus_between_namespaces_with_the_gap(sessions, planted):
+    facts = _facts(sessions)
+    handovers = {(h["from"]["claim"], h["to"]["claim"]): h for h in facts["handovers"]}
+    assert set(handovers) == {("fraud-0-gpu", "recs-0-gpu"), ("recs-1-gpu", "fraud-4-gpu")}
+    assert handovers[("fraud-0-gpu", "recs-0-gpu")]["gap_ns"] == 600 * NS_PER_S
+    fast = handovers[("recs-1-gpu", "fraud-4-gpu")]
+    assert (fast["released_ns"], fast["acquired_ns"], fast["gap_ns"]) == (at(2 * H), at(2 * H + 30), 30 * NS_PER_S)
+    assert fast["physical_gpu_uuid"] == gpu_uuid("E0")
+
+
+def test_facts_know_devices_idle_stretches_gaps_and_attribution(sessions, planted):
+    facts = _facts(sessions)
+    by_claim = {a["claim"]: a for a in facts["allocations"]}
+    assert len(by_claim) == 16
+    assert by_claim["ghost-gpu"]["device_state_id"] is None and by_claim["ghost-gpu"]["physical_gpu_uuid"] is None
+    assert by_claim["fraud-mig"]["physical_gpu_uuid"] == gpu_uuid("B0")
+    assert by_claim["passthrough-gpu"]["device_class"] == "vfio.gpu.nvidia.com"
+    assert [(i["claim"], i["duration_ns"]) for i in facts["idle_allocations"]] == [("idle-gpu", (3 * H - 600) * NS_PER_S)]
+    assert sorted((g["kind"], g["duration_ns"] // NS_PER_S, g["open"]) for g in facts["coverage_gaps"]) == [
+        ("ResourceClaim", 300, False), ("ResourceSlice", 20, False)]
+    attribution = facts["attribution"]
+    assert (attribution["records"], attribution["exact"], attribution["unattributed"], attribution["pending"]) == (200, 197, 3, 0)
+    assert attribution["unattributed_records"][0]["record_id"] == planted["unattributed"]
+
+
+def test_evaluation_finds_each_planted_problem_and_nothing_else(sessions, planted, bundle, regorus_engine):
+    result = evaluate_period(sessions, bundle, regorus_engine, *DAY)
+    assert Counter(f["rule"] for f in result.findings) == EXPECTED_RULES
+    by_rule = {f["rule"]: f for f in result.findings}
+
+    mig = by_rule["isolation/shared-with-isolation"]
+    assert (mig["severity"], mig["kind"], mig["physical_gpu_uuid"]) == ("info", "observation", gpu_uuid("B0"))
+    assert not [f for f in result.findings if f["kind"] == "violation" and f["physical_gpu_uuid"] == gpu_uuid("B0")]
+
+    sharing = by_rule["isolation/cross-tenant-sharing"]
+    assert (sharing["severity"], sharing["kind"], sharing["physical_gpu_uuid"]) == ("high", "violation", gpu_uuid("C0"))
+    assert sharing["subjects"]["tenants"] == ["marketing", "risk-inference"]
+    assert sharing["evidence"] == {"allocation_results": sorted([planted["share_a"], planted["share_b"]])}
+    assert (sharing["from_ns"], sharing["to_ns"]) == (at(2 * H), at(3 * H))
+
+    double = by_rule["isolation/double-allocation"]
+    assert double["subjects"]["claims"] == ["risk-inference/fraud-2-gpu", "risk-inference/fraud-3-gpu"]
+    handover = by_rule["isolation/tenant-handover-gap"]
+    assert (handover["severity"], handover["kind"]) == ("medium", "warning")
+    assert handover["subjects"]["tenants"] == ["marketing", "risk-inference"]
+    assert by_rule["isolation/admin-access"]["evidence"] == {"allocation_results": [planted["admin"]]}
+    assert by_rule["inventory/unapproved-device-class"]["evidence"] == {"allocation_results": [planted["vfio"]]}
+    assert by_rule["inventory/unknown-device"]["subjects"]["devices"] == ["gpu.nvidia.com/node-g/gpu-7"]
+    assert (by_rule["inventory/idle-allocation"]["severity"], by_rule["inventory/idle-allocation"]["kind"]) == ("low", "warning")
+    assert by_rule["coverage/observation-gap"]["evidence"] == {"coverage_intervals": [planted["gap"]]}
+    assert by_rule["attribution/exact-ratio"]["message"].startswith("197 of 200 transactions")
+    for f in result.findings:
+        assert f["bundle_revision"] == bundle.revision and f["bundle_digest"] == bundle.digest
+        assert f["engine"] == "regorus" and (f["period_from_ns"], f["period_to_ns"]) == DAY
+
+
+def test_reevaluating_the_same_period_and_bundle_is_idempotent_and_ledgered(sessions, planted, bundle, regorus_engine):
+    first = evaluate_period(sessions, bundle, regorus_engine, *DAY)
+    second = evaluate_period(sessions, bundle, regorus_engine, *DAY)
+    assert first.inserted == sum(EXPECTED_RULES.values())
+    assert second.inserted == 0
+    assert [f["id"] for f in second.findings] == [f["id"] for f in first.findings]
+    with sessions() as s:
+        assert s.execute(select(func.count()).select_from(Finding)).scalar_one() == first.inserted
+        assert ledger.verify(s).ok
+
+
+def test_strict_mig_mode_turns_mig_sharing_into_a_violation(sessions, planted, tmp_path):
+    strict_dir = tmp_path / "strict"
+    shutil.copytree(BUNDLE_DIR, strict_dir)
+    data = json.loads((strict_dir / "data.json").read_text())
+    data["draudit"]["params"]["strict_mig"] = True
+    (strict_dir / "data.json").write_text(json.dumps(data))
+    strict = load_bundle(strict_dir)
+    engine = RegorusEngine()
+    engine.load_bundle(strict)
+    result = evaluate_period(sessions, strict, engine, *DAY)
+    mig = [f for f in result.findings if f["rule"] == "isolation/shared-with-isolation"]
+    assert [(f["severity"], f["kind"]) for f in mig] == [("high", "violation")]
+    assert strict.digest != load_bundle(BUNDLE_DIR).digest  # a new bundle: new findings, not a rewrite
+    assert result.inserted == sum(EXPECTED_RULES.values())
+
+
+def test_a_gap_still_open_counts_until_now_and_only_inside_the_period(sessions, bundle, regorus_engine):
+    with sessions.begin() as s:
+        History(s).watch("Pod", "gap", 20 * H, reason="connection refused")
+    early = evaluate_period(sessions, bundle, regorus_engine, at(0), at(20 * H), now_ns=at(21 * H))
+    assert early.findings == []
+    result = evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=at(20 * H + 120))
+    [gap] = result.findings
+    assert (gap["rule"], gap["from_ns"], gap["to_ns"]) == ("coverage/observation-gap", at(20 * H), at(20 * H + 120))
+    assert gap["evidence"] == {"watch_state": ["prod-eu-1/Pod"]}
+
+
+def test_allocations_outside_the_period_or_cluster_are_not_evaluated(sessions, planted, bundle, regorus_engine):
+    night = (at(12 * H), at(24 * H))
+    assert _facts(sessions, night)["allocations"] == []
+    assert _facts(sessions, DAY, cluster="prod-us-2")["allocations"] == []
+    # the 3 h idle claim seen through a window that starts at 2 h: clipped to the period
+    window = _facts(sessions, (at(2 * H), at(24 * H)))
+    idle = window["idle_allocations"][0]
+    assert (idle["idle_from_ns"], idle["from_ns"], idle["to_ns"]) == (at(H + 600), at(2 * H), at(4 * H))
+
+
+def test_cli_eval_prints_findings_as_one_json_array(database_url, sessions, planted):
+    args = ["policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]),
+            "--database-url", database_url, "--output", "json"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    findings = json.loads(out.output)
+    assert Counter(f["rule"] for f in findings) == EXPECTED_RULES
+    sharing = next(f for f in findings if f["rule"] == "isolation/cross-tenant-sharing")
+    assert (sharing["from"], sharing["to"]) == ("2026-11-29T02:00:00Z", "2026-11-29T03:00:00Z")
+    assert sharing["physical_gpu_uuid"] == gpu_uuid("C0") and sharing["severity"] == "high"
+    assert set(sharing) >= {"rule", "severity", "kind", "subjects", "physical_gpu_uuid", "from", "to"}
+    again = CliRunner().invoke(cli, args[:-2])
+    assert again.exit_code == 0 and f"{len(findings)} findings (0 new)" in again.output
