@@ -1,0 +1,208 @@
+"""HTTP ingestion: /v1/ingest (Fluent Bit / Vector bodies) and /v1/logs (OTLP/HTTP), on both backends.
+
+Bodies are what the shippers send (docs/shippers.md): Fluent Bit ``format json_lines`` + gzip,
+Vector ``codec: json`` (a JSON array), the OpenTelemetry SDK's own OTLP/HTTP log exporter against
+a real uvicorn server on a loopback port.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.orm import sessionmaker
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from collector.ingest.http import gunzip_limited, HttpProblem, ingest_routes, split_json_array
+from collector.settings import Settings
+from collector.store import ledger
+from collector.store.models import InferenceRecord, Quarantine
+
+DATA = Path(__file__).parent / "data" / "logs"
+TOKEN = "s3cr3t-ingest-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def make_client(sessions, database_url, **kw) -> TestClient:
+    settings = Settings(database_url=database_url, ingest_token=TOKEN, cluster="prod-eu", **kw)
+    return TestClient(Starlette(routes=ingest_routes(settings, sessions)))
+
+
+def count(sessions, model, **where):
+    with sessions() as s:
+        stmt = select(func.count()).select_from(model)
+        for k, v in where.items():
+            stmt = stmt.where(getattr(model, k) == v)
+        return s.scalar(stmt)
+
+
+def test_fluentbit_json_lines_gzip_then_retry_is_deduplicated(sessions, database_url):
+    client = make_client(sessions, database_url)
+    body = gzip.compress((DATA / "fluentbit_merge_log_key.jsonl").read_bytes())
+    headers = {**AUTH, "Content-Type": "application/x-ndjson", "Content-Encoding": "gzip", "X-Request-Id": "fb-0001"}
+    r = client.post("/v1/ingest", content=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"request_id": "fb-0001", "read": 3, "stored": 2, "duplicates": 0, "conflicts": 0,
+                        "quarantined": 1, "pan_masked": 0}
+    with sessions() as s:
+        q = s.execute(select(Quarantine)).scalar_one()
+        rec = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-000193")).scalar_one()
+    assert (q.source, q.position, q.reason.split(":")[0]) == ("http:fb-0001", "3", "missing-transaction-id")
+    assert (rec.source, rec.position, rec.envelope, rec.pod_uid) == (
+        "http:fb-0001", "1", "fluentbit", "0f3c2a9e-6a51-4d0e-9d7e-1b2c3d4e5f60")
+    again = client.post("/v1/ingest", content=body, headers={**headers, "X-Request-Id": "fb-0002"})
+    assert (again.json()["stored"], again.json()["duplicates"]) == (0, 2)
+    assert count(sessions, InferenceRecord) == 2
+
+
+def test_vector_json_array_body_elements_are_units(sessions, database_url):
+    client = make_client(sessions, database_url)
+    events = [json.loads(line) for line in (DATA / "vector.jsonl").read_text().splitlines()]
+    body = json.dumps(events[:2] + ["not an object"] + events[2:], indent=1).encode()
+    r = client.post("/v1/ingest", content=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200
+    assert r.json()["read"] == 4 and r.json()["stored"] == 2 and r.json()["quarantined"] == 2
+    with sessions() as s:
+        positions = s.execute(select(Quarantine.position, Quarantine.reason).order_by(Quarantine.id)).all()
+        assert ledger.verify(s).ok
+    assert [(p, reason.split(":")[0]) for p, reason in positions] == [
+        ("element 3", "unparseable"), ("element 4", "missing-transaction-id")]
+
+
+def test_split_json_array_handles_brackets_in_strings_and_truncation():
+    elements, rest = split_json_array(b' [ {"a":"],[{"}, [1,2], "x,y" ] trailing')
+    assert elements == [b'{"a":"],[{"}', b"[1,2]", b'"x,y"'] and rest == b"trailing"
+    elements, rest = split_json_array(b'[{"a":1},{"b":')
+    assert elements == [b'{"a":1}'] and rest == b'{"b":'
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}])
+def test_requests_without_the_token_get_401(sessions, database_url, headers):
+    client = make_client(sessions, database_url)
+    body = (DATA / "vector.jsonl").read_bytes()
+    r = client.post("/v1/ingest", content=body, headers=headers)
+    assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+    r = client.post("/v1/logs", content=b"{}", headers={**headers, "Content-Type": "application/json"})
+    assert r.status_code == 401 and r.json()["code"] == 16
+    assert count(sessions, InferenceRecord) == 0
+
+
+def test_no_configured_token_closes_ingestion(sessions, database_url):
+    settings = Settings(database_url=database_url)
+    client = TestClient(Starlette(routes=ingest_routes(settings, sessions)))
+    r = client.post("/v1/ingest", content=b"{}", headers={"Authorization": "Bearer "})
+    assert r.status_code == 401 and "no ingest token configured" in r.json()["error"]
+
+
+def test_oversize_bodies_get_413_compressed_or_not(sessions, database_url):
+    client = make_client(sessions, database_url, ingest_max_body_bytes=4096)
+    line = (DATA / "vector.jsonl").read_text().splitlines()[0] + "\n"
+    big = (line * 4).encode()
+    assert client.post("/v1/ingest", content=big, headers=AUTH).status_code == 413
+    bomb = gzip.compress(b"{}\n" * 1_000_000)  # 3 MB of content in a few kB
+    assert len(bomb) < 4096
+    r = client.post("/v1/ingest", content=bomb, headers={**AUTH, "Content-Encoding": "gzip"})
+    assert r.status_code == 413 and "decompressed" in r.json()["error"]
+    assert count(sessions, InferenceRecord) == 0 and count(sessions, Quarantine) == 0
+
+
+def test_gunzip_limited_rejects_garbage_and_reads_multi_member():
+    assert gunzip_limited(gzip.compress(b"a\n") + gzip.compress(b"b\n"), 100) == b"a\nb\n"
+    with pytest.raises(HttpProblem) as exc:
+        gunzip_limited(b"\x1f\x8bnot gzip", 100)
+    assert exc.value.status == 400
+
+
+def test_otlp_json_partial_success_reports_quarantined_records(sessions, database_url):
+    client = make_client(sessions, database_url)
+    body = (DATA / "otlp_logs.json").read_bytes()
+    r = client.post("/v1/logs", content=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    doc = r.json()
+    assert doc["partialSuccess"]["rejectedLogRecords"] == "1"
+    assert "missing-transaction-id" in doc["partialSuccess"]["errorMessage"]
+    with sessions() as s:
+        rec = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-000201")).scalar_one()
+    assert rec.trace_id == "0af7651916cd43dd8448eb211c80319c" and rec.envelope == "otlp_app"
+    # Everything accepted this time (duplicates are accepted, not rejected): empty response.
+    body2 = json.dumps({"resourceLogs": [json.loads(body)["resourceLogs"][1]]}).encode()
+    r = client.post("/v1/logs", content=gzip.compress(body2),
+                    headers={**AUTH, "Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert r.status_code == 200 and r.json() == {}
+
+
+def test_otlp_protobuf_request_and_response(sessions, database_url):
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+    from test_ingest_formats import _to_protobuf
+
+    client = make_client(sessions, database_url)
+    body = _to_protobuf(json.loads((DATA / "otlp_logs.json").read_text()))
+    r = client.post("/v1/logs", content=body, headers={**AUTH, "Content-Type": "application/x-protobuf"})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-protobuf"
+    resp = ExportLogsServiceResponse.FromString(r.content)
+    assert resp.partial_success.rejected_log_records == 1
+    assert count(sessions, InferenceRecord) == 3
+    bad = client.post("/v1/logs", content=b"\xff\xff\xff", headers={**AUTH, "Content-Type": "application/x-protobuf"})
+    assert bad.status_code == 400
+    from google.rpc.status_pb2 import Status
+
+    assert Status.FromString(bad.content).code == 3
+    assert client.post("/v1/logs", content=b"x", headers={**AUTH, "Content-Type": "text/plain"}).status_code == 415
+
+
+def test_database_down_is_503_so_the_shipper_retries(tmp_path):
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 2})
+    client = make_client(sessionmaker(bind=engine), "postgresql://nobody@127.0.0.1:1/none")
+    r = client.post("/v1/ingest", content=(DATA / "vector.jsonl").read_bytes(), headers=AUTH)
+    assert r.status_code == 503 and r.headers["retry-after"] == "5"
+
+
+def test_official_otel_sdk_exporter_to_a_real_server(sessions, database_url):
+    """opentelemetry-sdk + opentelemetry-exporter-otlp-proto-http → uvicorn on a free loopback port."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from collector.server import HttpServer
+
+    settings = Settings(database_url=database_url, ingest_token=TOKEN, cluster="prod-eu")
+    server = HttpServer(Starlette(routes=ingest_routes(settings, sessions)), "127.0.0.1", 0)
+    server.start()
+    try:
+        resource = Resource.create({"service.name": "fraud-api", "k8s.namespace.name": "risk-inference",
+                                    "k8s.pod.name": "fraud-api-6f5b4-q9z7m", "k8s.container.name": "api",
+                                    "k8s.pod.uid": "7d1e4b2a-93c5-4f60-8a1b-2c3d4e5f6a7b"})
+        exporter = OTLPLogExporter(endpoint=f"http://127.0.0.1:{server.port}/v1/logs", headers=AUTH,
+                                   compression=Compression.Gzip, timeout=10)
+        provider = LoggerProvider(resource=resource)
+        provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+        logger = provider.get_logger("com.example.fraud.ScoringService")
+        tracer = TracerProvider(resource=resource).get_tracer("fraud")
+        sent_ns = time.time_ns()
+        with tracer.start_as_current_span("score") as span:
+            logger.emit(timestamp=sent_ns, severity_text="INFO", body="scored",
+                        attributes={"txn_id": "T-SDK-1", "model_name": "fraud_xgb", "model_version": "8",
+                                    "decision": "DECLINE", "latency_ms": 11.5})
+            trace_id = format(span.get_span_context().trace_id, "032x")
+            span_id = format(span.get_span_context().span_id, "016x")
+        logger.emit(timestamp=sent_ns + 1000, severity_text="WARN", body="no txn here")
+        provider.force_flush()
+        provider.shutdown()
+    finally:
+        server.stop()
+    with sessions() as s:
+        rec = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-SDK-1")).scalar_one()
+        quarantined = s.execute(select(Quarantine.reason)).scalars().all()
+    assert (rec.event_time_ns, rec.event_time_precision_ns, rec.decision, rec.latency_ms) == (sent_ns, 1, "DECLINE", 11.5)
+    assert (rec.trace_id, rec.span_id) == (trace_id, span_id)
+    assert (rec.pod_uid, rec.pod_uid_source, rec.container_name) == ("7d1e4b2a-93c5-4f60-8a1b-2c3d4e5f6a7b", "envelope", "api")
+    assert (rec.envelope, rec.source_format, rec.cluster) == ("otlp_app", "otlp", "prod-eu")
+    assert [q.split(":")[0] for q in quarantined] == ["missing-transaction-id"]
