@@ -443,8 +443,9 @@ class Lineage(Base):
     """Attribution of one inference record: transaction → pod → claim → device → physical GPU.
 
     ``status`` is ``exact``, ``ambiguous`` or ``unattributed``; ``reason`` explains the last two
-    (``skew-window``, ``several-devices``, ``no-pod``, ``no-claim``, ``no-allocation``,
-    ``no-device-record``, ``coverage-gap``). Derived data: recomputable from the store.
+    (``skew-window``, ``several-devices``, ``several-pods``, ``no-pod``, ``no-claim``,
+    ``no-allocation``, ``no-device-record``, ``coverage-gap``). Derived data: recomputable from the
+    store; written by ``collector.lineage.attribute`` (see its module docstring for the rule).
     """
 
     __tablename__ = "lineage"
