@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "collector.cli.lineage",
     "collector.cli.watch",
     "collector.cli.policy",
+    "collector.cli.report",
 ]
 
 

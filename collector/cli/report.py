@@ -1,0 +1,165 @@
+"""``draudit report``, ``draudit verify``, ``draudit keys generate`` and ``draudit jobs list``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
+from collector.errors import UserError
+from collector.timeutil import parse_cli_time
+
+
+def _time(ctx: click.Context, param: click.Parameter, value: str):
+    try:
+        return parse_cli_time(value)
+    except ValueError as exc:
+        raise UserError(f"--{param.name.replace('period_', '')} {exc}") from None
+
+
+def read_private_key(path: str | os.PathLike):
+    """Load the Ed25519 signing key at ``path`` (PEM, PKCS#8, unencrypted).
+
+    Raises:
+        UserError: unreadable file or not an Ed25519 private key, naming the path.
+    """
+    from reports.manifest import load_private_key
+
+    try:
+        return load_private_key(Path(path).read_bytes(), f"signing key {path}")
+    except OSError as exc:
+        raise UserError(f"signing key {path}: cannot read it ({exc.strerror}); create one with `draudit keys generate`") from None
+    except ValueError as exc:
+        raise UserError(f"{exc}; create one with `draudit keys generate`") from None
+
+
+def read_public_key(path: str | os.PathLike):
+    """Load an Ed25519 public key (PEM) from ``path``.
+
+    Raises:
+        UserError: unreadable file or not an Ed25519 public key, naming the path.
+    """
+    from reports.manifest import load_public_key
+
+    try:
+        return load_public_key(Path(path).read_bytes(), f"public key {path}")
+    except OSError as exc:
+        raise UserError(f"public key {path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+@click.command("report")
+@click.option("--from", "period_from", required=True, callback=_time, metavar="TIME",
+              help="Period start, inclusive: RFC 3339 with zone or YYYY-MM-DD (00:00 UTC).")
+@click.option("--to", "period_to", required=True, callback=_time, metavar="TIME", help="Period end, exclusive.")
+@click.option("--cluster", "clusters", multiple=True, metavar="NAME", help="Cluster(s) to include (default: all).")
+@click.option("--namespace", "namespaces", multiple=True, metavar="NS", help="Namespace(s) to include (default: all).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Pack directory to create (must not exist or be empty).")
+@click.option("--sign-key", "sign_key", default=None, metavar="KEY",
+              help="Ed25519 private key (PEM) to sign the manifest (env DRAUDIT_SIGN_KEY).")
+@click.option("--archive", is_flag=True, help="Also write OUT.tar.gz (deterministic).")
+@database_option
+def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, archive, database_url) -> None:
+    """Render a DORA/NIS2 evidence pack for a period: HTML, PDF, CSV/JSON populations, manifest."""
+    from reports.render import PackRequest, render_pack
+
+    settings = settings_from(database_url=database_url, sign_key=sign_key)
+    key = read_private_key(settings.sign_key) if settings.sign_key else None
+    request = PackRequest(period_from, period_to, tuple(clusters), tuple(namespaces))
+    _engine, sessions = open_store(settings)
+    result = render_pack(sessions, request, out_dir, sign_key=key, archive=archive,
+                         policy_bundle=settings.policy_bundle, clock_skew_s=settings.clock_skew_s)
+    click.echo(f"pack {result.pack_id} written to {result.path}{' (signed)' if result.signed else ' (not signed)'}")
+    for name, n in sorted(result.counts.items()):
+        click.echo(f"  data/{name}: {n} rows")
+    if result.archive:
+        click.echo(f"archive {result.archive}")
+    click.echo(f"manifest sha256 {result.manifest_sha256}; "
+               + ("recorded in evidence_packs and the ledger" if result.recorded else "already recorded"))
+
+
+@click.command("verify")
+@click.argument("pack", type=click.Path(path_type=Path))
+@click.option("--public-key", "public_key", default=None, metavar="KEY", help="Ed25519 public key (PEM) to check the signature.")
+@output_option
+def verify_cmd(pack: Path, public_key: str | None, output: str) -> None:
+    """Check an evidence pack offline (directory or .tar.gz): digests, files, signature. Exit 1 on any failure."""
+    from reports.manifest import verdict
+    from reports.verify import verify_pack
+
+    key = read_public_key(public_key) if public_key else None
+    checks = verify_pack(pack, key)
+    ok = verdict(checks)
+    if output == "json":
+        echo_json({"ok": ok, "checks": [{"check": c.name, "result": c.label, "detail": c.detail} for c in checks]})
+    else:
+        for c in checks:
+            click.echo(f"{c.label}  {c.name}: {c.detail}")
+        skipped = any(c.ok is None for c in checks)
+        click.echo(f"verdict: {'PASS' if ok else 'FAIL'}" + (" (some checks skipped)" if ok and skipped else ""))
+    sys.exit(0 if ok else 1)
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """Signing keys for evidence packs (Ed25519)."""
+
+
+@keys_group.command("generate")
+@click.option("--out", "prefix", required=True, metavar="PREFIX", help="Writes PREFIX.key (private, 0600) and PREFIX.pub.")
+def keys_generate(prefix: str) -> None:
+    """Generate an Ed25519 key pair: PKCS#8 PEM private key and SubjectPublicKeyInfo PEM public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from reports.manifest import public_key_id
+
+    private_path, public_path = Path(prefix + ".key"), Path(prefix + ".pub")
+    for p in (private_path, public_path):
+        if p.exists():
+            raise UserError(f"{p} exists; choose another --out prefix (keys are never overwritten)")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    try:
+        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(pem)
+        public_path.write_bytes(pub)
+    except OSError as exc:
+        raise UserError(f"--out {prefix}: cannot write the key files ({exc.strerror})") from None
+    click.echo(f"private key {private_path} (keep secret), public key {public_path}, key id {public_key_id(key.public_key())}")
+
+
+@click.group("jobs")
+def jobs_group() -> None:
+    """Scheduled jobs run by `draudit run`."""
+
+
+@jobs_group.command("list")
+@database_option
+@output_option
+def jobs_list(database_url: str | None, output: str) -> None:
+    """Each scheduled job: its schedule, next run, last run and outcome."""
+    from collector.scheduler import job_overview, load_schedule_config
+
+    settings = settings_from(database_url=database_url)
+    _engine, sessions = open_store(settings)
+    rows = job_overview(sessions, load_schedule_config())
+    if output == "json":
+        echo_json(rows)
+        return
+    header = ("JOB", "SCHEDULE", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OUTCOME", "ERROR")
+    table = [header] + [(r["job"], r["schedule"], r["next_run"] or "not scheduled", r["last_run"] or "never",
+                         r["outcome"] or "—", (r["error"] or "")[:60]) for r in rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+commands = [report_cmd, verify_cmd, keys_group, jobs_group]

@@ -1,0 +1,421 @@
+"""The pack's populations: SQL over the store, streamed row by row into ``data/<name>.csv`` and ``.json``.
+
+Each population has stable column names (documented in the methodology section and used by
+auditors' sampling scripts); times are given twice, as RFC 3339 UTC text (``*_at``/``valid_from``)
+and as integer nanoseconds (``*_ns``). Rows are ordered by a total order (ending with a primary
+key) so the same store gives byte-identical files. Large populations (transaction lineage,
+allocation episodes) are read with ``yield_per`` (a server-side cursor on PostgreSQL) and written
+as they arrive: memory stays bounded whatever the period holds.
+
+Scope: a half-open period ``[from_ns, to_ns)``; interval rows are selected when they overlap it,
+point rows (transactions) when their time falls in it. ``clusters`` empty means every cluster;
+``namespaces`` empty means every namespace (namespace filters apply to claims, consumers and
+transactions; inventory and coverage are cluster-wide facts).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from sqlalchemy import and_, func, literal, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from collector.store.models import (
+    AllocationEpisode,
+    AllocationResult,
+    ClaimConsumer,
+    CoverageInterval,
+    DeviceState,
+    Finding,
+    InferenceRecord,
+    Lineage,
+    WatchState,
+)
+from collector.timeutil import ns_to_rfc3339
+
+YIELD_PER = 10_000
+OPEN_END_NS = 2**62  # stands for "still valid" when clipping open intervals
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a pack covers: period ``[from_ns, to_ns)`` (UTC ns), clusters and namespaces (sorted, empty = all)."""
+
+    from_ns: int
+    to_ns: int
+    clusters: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+    tenants: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def tenant_of(self, namespace: str | None) -> str | None:
+        """Tenant of a namespace: the policy bundle's mapping, else the namespace itself."""
+        if namespace is None:
+            return None
+        return self.tenants.get(namespace, namespace)
+
+
+def _overlaps(valid_from, valid_to, scope: Scope):
+    return and_(valid_from < scope.to_ns, or_(valid_to.is_(None), valid_to > scope.from_ns))
+
+
+def _in_clusters(column, scope: Scope):
+    return column.in_(scope.clusters) if scope.clusters else literal(True)
+
+
+def _in_namespaces(column, scope: Scope):
+    return column.in_(scope.namespaces) if scope.namespaces else literal(True)
+
+
+def _physical(ds):
+    return func.coalesce(ds.physical_gpu_uuid, ds.parent_uuid, ds.uuid)
+
+
+@dataclass(frozen=True)
+class Population:
+    """A named population: columns, a statement builder and a row formatter (row → list of values)."""
+
+    name: str
+    columns: tuple[str, ...]
+    statement: Callable[[Scope], Any]
+    format_row: Callable[[Any, Scope], list[Any]]
+
+
+# -------------------------------------------------------------------------------- inventory
+
+INVENTORY_COLUMNS = (
+    "cluster", "node_name", "physical_gpu_uuid", "device_type", "device_uuid", "parent_uuid", "mig_profile",
+    "product_name", "memory_bytes", "driver_version", "driver", "pool", "device", "slice_name", "pool_generation",
+    "allow_multiple_allocations", "valid_from", "valid_to", "valid_from_ns", "valid_to_ns", "device_state_id",
+)
+
+
+def _inventory_stmt(scope: Scope):
+    ds = DeviceState
+    return (select(ds.cluster, ds.node_name, _physical(ds).label("physical"), ds.device_type, ds.uuid, ds.parent_uuid,
+                   ds.profile, ds.product_name, ds.memory_bytes, ds.driver_version, ds.driver, ds.pool, ds.device,
+                   ds.slice_name, ds.pool_generation, ds.allow_multiple_allocations, ds.valid_from_ns, ds.valid_to_ns,
+                   ds.id)
+            .where(_overlaps(ds.valid_from_ns, ds.valid_to_ns, scope), _in_clusters(ds.cluster, scope))
+            .order_by(ds.cluster, _physical(ds), ds.driver, ds.pool, ds.device, ds.valid_from_ns, ds.id))
+
+
+def _inventory_row(r, scope: Scope) -> list[Any]:
+    return [r.cluster, r.node_name, r.physical, r.device_type, r.uuid, r.parent_uuid, r.profile, r.product_name,
+            r.memory_bytes, r.driver_version, r.driver, r.pool, r.device, r.slice_name, r.pool_generation,
+            bool(r.allow_multiple_allocations), ns_to_rfc3339(r.valid_from_ns), ns_to_rfc3339(r.valid_to_ns),
+            r.valid_from_ns, r.valid_to_ns, r.id]
+
+
+# -------------------------------------------------------------------------------- allocation episodes
+
+EPISODE_COLUMNS = (
+    "cluster", "claim_namespace", "tenant", "claim_name", "claim_uid", "episode_id", "first_rv", "request",
+    "driver", "pool", "device", "device_class_name", "admin_access", "share_id", "node_name", "physical_gpu_uuid",
+    "device_type", "device_uuid", "mig_profile", "valid_from", "valid_to", "valid_from_ns", "valid_to_ns",
+    "allocation_result_id",
+)
+
+
+def _device_state_at_episode(e, r):
+    """Correlated subquery: the device record of result ``r`` in force when episode ``e`` began.
+
+    Prefers the latest record starting at or before the episode start; if the ResourceSlice was
+    observed only after the claim, the earliest record overlapping the episode.
+    """
+    d = aliased(DeviceState)
+    same = and_(d.cluster == e.cluster, d.driver == r.driver, d.pool == r.pool, d.device == r.device)
+    before = (select(d.id).where(same, d.valid_from_ns <= e.valid_from_ns,
+                                 or_(d.valid_to_ns.is_(None), d.valid_to_ns > e.valid_from_ns))
+              .order_by(d.valid_from_ns.desc(), d.id.desc()).limit(1).correlate(e, r).scalar_subquery())
+    after = (select(d.id).where(same, d.valid_from_ns > e.valid_from_ns,
+                                d.valid_from_ns < func.coalesce(e.valid_to_ns, OPEN_END_NS))
+             .order_by(d.valid_from_ns, d.id).limit(1).correlate(e, r).scalar_subquery())
+    return func.coalesce(before, after)
+
+
+def _episodes_stmt(scope: Scope):
+    e, r, ds = AllocationEpisode, AllocationResult, aliased(DeviceState)
+    return (select(e.cluster, e.claim_namespace, e.claim_name, e.claim_uid, e.id.label("episode_id"), e.first_rv,
+                   r.request, r.driver, r.pool, r.device, r.device_class_name, r.admin_access, r.share_id,
+                   func.coalesce(ds.node_name, e.node_name).label("node_name"), _physical(ds).label("physical"),
+                   ds.device_type, ds.uuid, ds.profile, e.valid_from_ns, e.valid_to_ns, r.id.label("result_id"))
+            .select_from(e)
+            .join(r, r.episode_id == e.id)
+            .outerjoin(ds, ds.id == _device_state_at_episode(e, r))
+            .where(_overlaps(e.valid_from_ns, e.valid_to_ns, scope), _in_clusters(e.cluster, scope),
+                   _in_namespaces(e.claim_namespace, scope))
+            .order_by(e.cluster, e.valid_from_ns, e.id, r.id))
+
+
+def _episode_row(r, scope: Scope) -> list[Any]:
+    return [r.cluster, r.claim_namespace, scope.tenant_of(r.claim_namespace), r.claim_name, r.claim_uid, r.episode_id,
+            r.first_rv, r.request, r.driver, r.pool, r.device, r.device_class_name, bool(r.admin_access), r.share_id,
+            r.node_name, r.physical, r.device_type, r.uuid, r.profile, ns_to_rfc3339(r.valid_from_ns),
+            ns_to_rfc3339(r.valid_to_ns), r.valid_from_ns, r.valid_to_ns, r.result_id]
+
+
+# -------------------------------------------------------------------------------- consumers
+
+CONSUMER_COLUMNS = (
+    "cluster", "claim_namespace", "tenant", "claim_name", "claim_uid", "episode_id", "consumer_api_group",
+    "consumer_resource", "consumer_name", "consumer_uid", "valid_from", "valid_to", "valid_from_ns", "valid_to_ns",
+    "consumer_interval_id",
+)
+
+
+def _consumers_stmt(scope: Scope):
+    c, e = ClaimConsumer, AllocationEpisode
+    return (select(c.cluster, e.claim_namespace, e.claim_name, c.claim_uid, c.episode_id, c.consumer_api_group,
+                   c.consumer_resource, c.consumer_name, c.consumer_uid, c.valid_from_ns, c.valid_to_ns, c.id)
+            .join(e, e.id == c.episode_id)
+            .where(_overlaps(c.valid_from_ns, c.valid_to_ns, scope), _in_clusters(c.cluster, scope),
+                   _in_namespaces(e.claim_namespace, scope))
+            .order_by(c.cluster, c.valid_from_ns, c.id))
+
+
+def _consumer_row(r, scope: Scope) -> list[Any]:
+    return [r.cluster, r.claim_namespace, scope.tenant_of(r.claim_namespace), r.claim_name, r.claim_uid, r.episode_id,
+            r.consumer_api_group, r.consumer_resource, r.consumer_name, r.consumer_uid, ns_to_rfc3339(r.valid_from_ns),
+            ns_to_rfc3339(r.valid_to_ns), r.valid_from_ns, r.valid_to_ns, r.id]
+
+
+# -------------------------------------------------------------------------------- transaction lineage
+
+LINEAGE_COLUMNS = (
+    "transaction_id", "event_time", "event_time_ns", "cluster", "pod_namespace", "pod_name", "pod_uid",
+    "container_name", "model_name", "model_version", "decision", "status", "reason", "candidates", "claim_namespace",
+    "claim_name", "request", "driver", "pool", "device", "device_uuid", "physical_gpu_uuid", "mig_profile",
+    "node_name", "record_id", "raw_sha256",
+)
+
+
+def lineage_filter(scope: Scope):
+    """WHERE clause of the transactions in scope (shared by the population and its summaries)."""
+    i, l = InferenceRecord, Lineage
+    return and_(i.event_time_ns >= scope.from_ns, i.event_time_ns < scope.to_ns, _in_clusters(i.cluster, scope),
+                _in_namespaces(func.coalesce(l.claim_namespace, i.pod_namespace), scope))
+
+
+def _lineage_stmt(scope: Scope):
+    i, l = InferenceRecord, Lineage
+    return (select(i.transaction_id, i.event_time_ns, i.cluster, i.pod_namespace, i.pod_name,
+                   func.coalesce(l.pod_uid, i.pod_uid).label("pod_uid"), i.container_name, i.model_name,
+                   i.model_version, i.decision, l.status, l.reason, l.candidates, l.claim_namespace, l.claim_name,
+                   l.request, l.driver, l.pool, l.device, l.device_uuid, l.physical_gpu_uuid, l.mig_profile,
+                   func.coalesce(l.node_name, i.node_name).label("node_name"), i.id, i.raw_sha256)
+            .select_from(i).outerjoin(l, l.record_id == i.id)
+            .where(lineage_filter(scope))
+            .order_by(i.event_time_ns, i.id))
+
+
+def _lineage_row(r, scope: Scope) -> list[Any]:
+    return [r.transaction_id, ns_to_rfc3339(r.event_time_ns), r.event_time_ns, r.cluster, r.pod_namespace, r.pod_name,
+            r.pod_uid, r.container_name, r.model_name, r.model_version, r.decision, r.status or "not-attributed-yet",
+            r.reason, r.candidates, r.claim_namespace, r.claim_name, r.request, r.driver, r.pool, r.device,
+            r.device_uuid, r.physical_gpu_uuid, r.mig_profile, r.node_name, r.id, r.raw_sha256]
+
+
+STREAMED: list[Population] = [
+    Population("inventory", INVENTORY_COLUMNS, _inventory_stmt, _inventory_row),
+    Population("allocation_episodes", EPISODE_COLUMNS, _episodes_stmt, _episode_row),
+    Population("consumer_intervals", CONSUMER_COLUMNS, _consumers_stmt, _consumer_row),
+    Population("transaction_lineage", LINEAGE_COLUMNS, _lineage_stmt, _lineage_row),
+]
+
+
+def stream(session: Session, population: Population, scope: Scope) -> Iterator[list[Any]]:
+    """Rows of ``population`` in scope, formatted, fetched ``YIELD_PER`` at a time."""
+    result = session.execute(population.statement(scope).execution_options(yield_per=YIELD_PER))
+    for row in result:
+        yield population.format_row(row, scope)
+
+
+# -------------------------------------------------------------------------------- small populations
+
+
+FINDING_COLUMNS = (
+    "rule", "severity", "kind", "message", "cluster", "physical_gpu_uuid", "from", "to", "from_ns", "to_ns",
+    "subjects", "evidence", "bundle_revision", "bundle_digest", "engine", "evaluated_at", "finding_key",
+)
+SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3, "info": 4}
+
+
+def _namespaces_in(value: Any, key: str = "") -> set[str]:
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found |= _namespaces_in(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            found |= _namespaces_in(v, key)
+    elif isinstance(value, str) and "namespace" in key.lower():
+        found.add(value)
+    return found
+
+
+def findings(session: Session, scope: Scope) -> list[dict[str, Any]]:
+    """Policy findings whose interval (or evaluation period) overlaps the period, one per decision.
+
+    The same decision evaluated over several periods (the scheduler re-evaluates) is kept once: the
+    latest evaluation of (rule, subjects, interval, bundle digest). With a namespace filter, findings
+    naming other namespaces only are dropped; cluster-wide findings (coverage) are kept. Ordered by
+    severity, rule, start, key. Findings are few (decisions, not rows): held in memory.
+    """
+    f = Finding
+    start, end = func.coalesce(f.from_ns, f.period_from_ns), func.coalesce(f.to_ns, f.period_to_ns)
+    rows = session.execute(select(f).where(start < scope.to_ns, end > scope.from_ns, _in_clusters(f.cluster, scope))
+                           .order_by(f.evaluated_at, f.id)).scalars()
+    latest: dict[tuple, Finding] = {}
+    for row in rows:
+        if scope.namespaces:
+            named = _namespaces_in(row.subjects)
+            if named and not named & set(scope.namespaces):
+                continue
+        key = (row.rule, json.dumps(row.subjects, sort_keys=True), row.from_ns, row.to_ns, row.bundle_digest, row.cluster)
+        latest[key] = row
+    out = []
+    for row in latest.values():
+        out.append({"rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
+                    "cluster": row.cluster, "physical_gpu_uuid": row.physical_gpu_uuid,
+                    "from": ns_to_rfc3339(row.from_ns), "to": ns_to_rfc3339(row.to_ns), "from_ns": row.from_ns,
+                    "to_ns": row.to_ns, "subjects": row.subjects, "evidence": row.evidence,
+                    "bundle_revision": row.bundle_revision, "bundle_digest": row.bundle_digest, "engine": row.engine,
+                    "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key})
+    out.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), d["rule"], d["from_ns"] or 0, d["finding_key"]))
+    return out
+
+
+COVERAGE_COLUMNS = ("cluster", "kind", "state", "started", "ended", "started_ns", "ended_ns", "open", "from_rv",
+                    "to_rv", "reason")
+
+
+def coverage(session: Session, scope: Scope) -> list[dict[str, Any]]:
+    """Observation intervals (synced / gap) per cluster and kind overlapping the period.
+
+    Closed intervals come from ``coverage_intervals``; the open one from ``watch_state`` (``open``
+    true, ``ended`` = null). Ordered by cluster, kind, start.
+    """
+    c, w = CoverageInterval, WatchState
+    out: list[dict[str, Any]] = []
+    for r in session.execute(select(c).where(c.started_ns < scope.to_ns, c.ended_ns > scope.from_ns,
+                                             _in_clusters(c.cluster, scope))).scalars():
+        out.append({"cluster": r.cluster, "kind": r.kind, "state": r.state, "started": ns_to_rfc3339(r.started_ns),
+                    "ended": ns_to_rfc3339(r.ended_ns), "started_ns": r.started_ns, "ended_ns": r.ended_ns,
+                    "open": False, "from_rv": r.from_rv, "to_rv": r.to_rv, "reason": r.reason})
+    for r in session.execute(select(w).where(w.state_since_ns < scope.to_ns, _in_clusters(w.cluster, scope))).scalars():
+        out.append({"cluster": r.cluster, "kind": r.kind, "state": r.state, "started": ns_to_rfc3339(r.state_since_ns),
+                    "ended": None, "started_ns": r.state_since_ns, "ended_ns": None, "open": True,
+                    "from_rv": r.state_from_rv, "to_rv": None, "reason": r.state_reason})
+    out.sort(key=lambda d: (d["cluster"], d["kind"], d["started_ns"], d["open"], d["ended_ns"] or 0))
+    return out
+
+
+def coverage_summary(intervals: Sequence[dict[str, Any]], scope: Scope) -> list[dict[str, Any]]:
+    """Per (cluster, kind): seconds synced, in gap and unobserved within the period, and the gap count.
+
+    Intervals are clipped to the period; an open interval runs to the period end. Time covered by no
+    interval at all (before the watcher first started, or lost records) counts as ``unobserved_s``.
+    Pure function.
+    """
+    period_s = (scope.to_ns - scope.from_ns) / 1e9
+    by_kind: dict[tuple[str, str], dict[str, Any]] = {}
+    for iv in intervals:
+        key = (iv["cluster"], iv["kind"])
+        s = by_kind.setdefault(key, {"cluster": key[0], "kind": key[1], "synced_ns": [], "gap_ns": [], "gaps": 0})
+        start = max(iv["started_ns"], scope.from_ns)
+        end = min(iv["ended_ns"] if iv["ended_ns"] is not None else scope.to_ns, scope.to_ns)
+        if end <= start:
+            continue
+        s["synced_ns" if iv["state"] == "synced" else "gap_ns"].append((start, end))
+        if iv["state"] != "synced":
+            s["gaps"] += 1
+    out = []
+    for key in sorted(by_kind):
+        s = by_kind[key]
+        synced, gap = _union_ns(s["synced_ns"]), _union_ns(s["gap_ns"] )
+        covered = _union_ns(s["synced_ns"] + s["gap_ns"])
+        out.append({"cluster": s["cluster"], "kind": s["kind"], "synced_s": round(synced / 1e9, 3),
+                    "gap_s": round(gap / 1e9, 3), "unobserved_s": round(period_s - covered / 1e9, 3),
+                    "gaps": s["gaps"], "synced_fraction": round(synced / 1e9 / period_s, 6) if period_s else 0.0})
+    return out
+
+
+def _union_ns(spans: Iterable[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+# -------------------------------------------------------------------------------- writers
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return v
+
+
+class PopulationWriter:
+    """Writes one population to ``<dir>/<name>.csv`` and ``<name>.json`` as rows arrive.
+
+    CSV: RFC 4180 with a header row, ``\\n`` line ends, empty field for null, ``true``/``false``.
+    JSON: an array of objects with keys in column order, one object per line. Use as a context
+    manager; ``count`` is the number of rows written.
+    """
+
+    def __init__(self, directory: Path, name: str, columns: Sequence[str]) -> None:
+        self.columns = tuple(columns)
+        self.count = 0
+        self._csv_file = open(directory / f"{name}.csv", "w", encoding="utf-8", newline="")
+        self._json_file = open(directory / f"{name}.json", "w", encoding="utf-8", newline="\n")
+        self._csv = csv.writer(self._csv_file, lineterminator="\n")
+        self._csv.writerow(self.columns)
+        self._json_file.write("[")
+        self._keys = [json.dumps(c) + ":" for c in self.columns]
+
+    def write(self, values: Sequence[Any]) -> None:
+        """Write one row (values in column order)."""
+        self._csv.writerow([_csv_value(v) for v in values])
+        body = ",".join(k + json.dumps(v, sort_keys=True, ensure_ascii=False) for k, v in zip(self._keys, values))
+        self._json_file.write(("\n{" if self.count == 0 else ",\n{") + body + "}")
+        self.count += 1
+
+    def __enter__(self) -> "PopulationWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._json_file.write("\n]\n" if self.count else "]\n")
+        self._csv_file.close()
+        self._json_file.close()
+
+
+def write_rows(directory: Path, name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+               on_row: Callable[[Sequence[Any]], None] | None = None) -> int:
+    """Stream ``rows`` into ``data/<name>.csv|json``; ``on_row`` sees each row (for summaries). Returns the count."""
+    with PopulationWriter(directory, name, columns) as w:
+        for row in rows:
+            w.write(row)
+            if on_row is not None:
+                on_row(row)
+    return w.count
+
+
+def write_dicts(directory: Path, name: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> int:
+    """``write_rows`` for rows held as dicts keyed by column."""
+    return write_rows(directory, name, columns, ([d.get(c) for c in columns] for d in rows))

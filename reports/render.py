@@ -1,0 +1,512 @@
+"""Render an evidence pack from the store: populations, HTML, PDF, controls, manifest, signature, archive.
+
+Reproducibility: the pack depends only on the store's content, the scope and the collector version.
+Its id is derived from those inputs; its date is the period end (also the PDF creation date and
+the archive's file times); every query has a total order. Rendering twice from the same store
+gives byte-identical files. The ledger anchor is the last ledger entry that is not itself a pack
+record, so recording a pack does not change the next rendering of the same period.
+
+The pack is assembled in a temporary sibling directory and renamed into place at the end: a
+failed rendering leaves no half-written pack behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from collector import __version__
+from collector.errors import UserError
+from collector.store import ledger
+from collector.store.canonical import canonical_json, sha256_hex
+from collector.store.models import EvidencePack, InferenceRecord, LedgerEntry, Lineage, ObjectVersion
+from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
+from reports import populations as pop
+from reports.controls import CONTROLS, SECTIONS, controls_document
+from reports.manifest import (
+    FileDigest,
+    INTEGRITY_FILES,
+    MANIFEST_NAME,
+    SIGNATURE_NAME,
+    build_manifest,
+    manifest_bytes,
+    public_key_id,
+    sign_manifest,
+)
+from reports.timeline import SHARING_COLUMNS, Bar, legend, sharing_segments, timeline_svgs
+
+log = logging.getLogger(__name__)
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+HTML_ROW_LIMIT = 200  # rows per table in the HTML/PDF; full populations are in data/
+CHANGE_COLUMNS = ("change_type", "cluster", "subject", "at", "at_ns", "from_value", "to_value", "detail", "source_id")
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class PackRequest:
+    """What to render: period ``[period_from, period_to)`` (aware UTC), clusters and namespaces (empty = all)."""
+
+    period_from: datetime
+    period_to: datetime
+    clusters: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.period_from.tzinfo is None or self.period_to.tzinfo is None:
+            raise UserError("--from/--to must carry a time zone (UTC)")
+        if self.period_to <= self.period_from:
+            raise UserError(f"--to {self.period_to.isoformat()} must be after --from {self.period_from.isoformat()}")
+
+
+@dataclass
+class PackResult:
+    """Outcome of ``render_pack``: where it is, its id, manifest digest, row counts, archive path."""
+
+    path: Path
+    pack_id: str
+    manifest_sha256: str
+    counts: dict[str, int]
+    archive: Path | None = None
+    recorded: bool = False
+    signed: bool = False
+    files: list[FileDigest] = field(default_factory=list)
+
+
+def _fmt_dt(ns: int | None) -> str:
+    return ns_to_rfc3339(ns) or "—"
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    gib = n / 2**30
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{n / 2**20:.0f} MiB"
+
+
+def _fmt_s(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h {m:02d}m {sec:02d}s" if h else (f"{m}m {sec:02d}s" if m else f"{seconds:.3f}s".rstrip("0").rstrip("."))
+
+
+def tenant_map(bundle_dir: Path | None) -> dict[str, str]:
+    """Namespace → tenant from the policy bundle's ``data.json``; empty when absent (tenant = namespace).
+
+    Accepts ``{"namespace_tenants": {ns: tenant}}``, ``{"tenants": {ns: tenant}}`` or
+    ``{"tenants": {tenant: [ns, ...]}}``, at the top level or under ``draudit``.
+    """
+    if bundle_dir is None:
+        return {}
+    path = Path(bundle_dir) / "data.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    for doc in (data, data.get("draudit") if isinstance(data, dict) else None):
+        if not isinstance(doc, dict):
+            continue
+        for key in ("namespace_tenants", "tenants"):
+            value = doc.get(key)
+            if isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
+                return {str(k): v for k, v in value.items()}
+            if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
+                return {str(ns): str(t) for t, nss in value.items() for ns in nss}
+    return {}
+
+
+def ledger_anchor(session: Session) -> tuple[int, str]:
+    """(seq, entry_hash) of the last ledger entry that is not an ``evidence_packs`` record; (0, zeros) if none."""
+    row = session.execute(select(LedgerEntry.seq, LedgerEntry.entry_hash)
+                          .where(LedgerEntry.table_name != "evidence_packs")
+                          .order_by(LedgerEntry.seq.desc()).limit(1)).first()
+    return (row.seq, row.entry_hash) if row else (0, "0" * 64)
+
+
+def digest_file(path: Path, rel: str) -> FileDigest:
+    """Size and SHA-256 of a file on disk, read in 1 MiB chunks."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK_BYTES):
+            h.update(chunk)
+            size += len(chunk)
+    return FileDigest(rel, size, h.hexdigest())
+
+
+def pack_files(root: Path) -> Iterator[tuple[str, Path]]:
+    """(relative path, absolute path) of every regular file under ``root``, sorted by relative path."""
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            p = Path(dirpath) / name
+            found.append((p.relative_to(root).as_posix(), p))
+    yield from sorted(found)
+
+
+# ------------------------------------------------------------------------------------------ gather
+
+
+class _Collector:
+    """Compact summaries gathered while the populations stream past (bounded by devices and claims)."""
+
+    def __init__(self, scope: pop.Scope) -> None:
+        self.scope = scope
+        self.gpus: dict[tuple[str, str], dict[str, Any]] = {}
+        self.migs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.driver_seq: dict[tuple[str, str, str, str], list[tuple[int, str | None, str | None, str | None, int]]] = {}
+        self.bars: list[Bar] = []
+
+    def inventory_row(self, r) -> None:
+        d = dict(zip(pop.INVENTORY_COLUMNS, r))
+        physical = d["physical_gpu_uuid"]
+        if physical:
+            g = self.gpus.setdefault((d["cluster"], physical), {
+                "cluster": d["cluster"], "uuid": physical, "node": d["node_name"], "product": None, "memory": None,
+                "driver_versions": set(), "mig": 0, "devices": set()})
+            g["devices"].add(f"{d['driver']}/{d['pool']}/{d['device']}")
+            if d["driver_version"]:
+                g["driver_versions"].add(d["driver_version"])
+            if d["device_type"] == "mig" or d["mig_profile"]:
+                self.migs[(d["cluster"], d["device_uuid"] or d["device"])] = {
+                    "uuid": d["device_uuid"] or "—", "parent": physical, "profile": d["mig_profile"],
+                    "node": d["node_name"], "memory": d["memory_bytes"], "device": d["device"]}
+                g["mig"] = len({k for k, m in self.migs.items() if m["parent"] == physical and k[0] == d["cluster"]})
+            else:
+                g["product"] = d["product_name"] or g["product"]
+                g["memory"] = d["memory_bytes"] or g["memory"]
+                g["node"] = d["node_name"] or g["node"]
+            if g["product"] is None and d["product_name"]:
+                g["product"] = d["product_name"]
+        key = (d["cluster"], d["driver"], d["pool"], d["device"])
+        self.driver_seq.setdefault(key, []).append((d["valid_from_ns"], d["driver_version"], physical, d["node_name"],
+                                                   d["device_state_id"]))
+
+    def episode_row(self, r) -> None:
+        d = dict(zip(pop.EPISODE_COLUMNS, r))
+        self.bars.append(Bar(
+            physical_gpu_uuid=d["physical_gpu_uuid"] or f"unresolved:{d['driver']}/{d['pool']}/{d['device']}",
+            node_name=d["node_name"], device_key=f"{d['driver']}/{d['pool']}/{d['device']}",
+            device_type=d["device_type"], device_uuid=d["device_uuid"], mig_profile=d["mig_profile"],
+            tenant=d["tenant"], namespace=d["claim_namespace"], claim_name=d["claim_name"], claim_uid=d["claim_uid"],
+            from_ns=d["valid_from_ns"], to_ns=d["valid_to_ns"], admin_access=d["admin_access"]))
+
+    def driver_changes(self) -> list[dict[str, Any]]:
+        """Driver-version changes per physical GPU (one row even when several MIG devices republish)."""
+        seen: dict[tuple, dict[str, Any]] = {}
+        for (cluster, driver, pool, device), seq in self.driver_seq.items():
+            seq.sort()
+            for prev, cur in zip(seq, seq[1:]):
+                if prev[1] != cur[1] and cur[0] >= self.scope.from_ns:
+                    subject = cur[2] or f"{driver}/{pool}/{device}"
+                    seen.setdefault((cluster, subject, cur[0], prev[1], cur[1]), {
+                        "change_type": "driver_version", "cluster": cluster, "subject": subject,
+                        "at": ns_to_rfc3339(cur[0]), "at_ns": cur[0], "from_value": prev[1], "to_value": cur[1],
+                        "detail": f"node {cur[3] or '?'}, device {driver}/{pool}/{device}", "source_id": cur[4]})
+        return [seen[k] for k in sorted(seen, key=lambda k: (k[2], k[0], k[1]))]
+
+
+def _device_class_changes(session: Session, scope: pop.Scope) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(DeviceClass versions observed in the period, DeviceClasses in force during it)."""
+    ov = ObjectVersion
+    cluster_ok = ov.cluster.in_(scope.clusters) if scope.clusters else True
+    rows = session.execute(select(ov.id, ov.cluster, ov.name, ov.uid, ov.resource_version, ov.event_type,
+                                  ov.observed_at, ov.content_hash, ov.raw)
+                           .where(ov.kind == "DeviceClass", cluster_ok, ov.observed_at < ns_to_dt(scope.to_ns))
+                           .order_by(ov.cluster, ov.uid, ov.observed_at, ov.id)).all()
+    changes, latest = [], {}
+    for r in rows:
+        at_ns = dt_to_ns(r.observed_at)
+        if at_ns >= scope.from_ns:
+            changes.append({"change_type": "DeviceClass", "cluster": r.cluster, "subject": r.name,
+                            "at": ns_to_rfc3339(at_ns), "at_ns": at_ns, "from_value": None,
+                            "to_value": f"resourceVersion {r.resource_version}",
+                            "detail": f"{r.event_type}, content {r.content_hash[:16]}", "source_id": r.id})
+        latest.setdefault((r.cluster, r.uid), []).append(r)
+    in_force = []
+    for (cluster, _uid), versions in sorted(latest.items()):
+        before = [v for v in versions if dt_to_ns(v.observed_at) < scope.from_ns]
+        during = [v for v in versions if dt_to_ns(v.observed_at) >= scope.from_ns]
+        if before and before[-1].event_type.endswith("DELETED") and not during:
+            continue
+        last = versions[-1]
+        selectors = ((last.raw or {}).get("spec") or {}).get("selectors") or []
+        cel = "; ".join(str((s.get("cel") or {}).get("expression", "")) for s in selectors if isinstance(s, dict))
+        in_force.append({"cluster": cluster, "name": last.name, "resource_version": last.resource_version,
+                         "deleted": last.event_type.endswith("DELETED"), "selectors": cel or "—"})
+    changes.sort(key=lambda c: (c["at_ns"], c["cluster"], c["subject"], c["source_id"]))
+    return changes, in_force
+
+
+def _bundle_changes(findings: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(policy bundle revision changes, the bundles that produced the findings)."""
+    bundles: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in findings:
+        b = bundles.setdefault((f["bundle_revision"], f["bundle_digest"]), {
+            "revision": f["bundle_revision"], "digest": f["bundle_digest"], "first": f["evaluated_at"],
+            "last": f["evaluated_at"], "findings": 0, "engines": set()})
+        b["first"], b["last"] = min(b["first"], f["evaluated_at"]), max(b["last"], f["evaluated_at"])
+        b["findings"] += 1
+        b["engines"].add(f["engine"])
+    ordered = sorted(bundles.values(), key=lambda b: (b["first"], b["revision"], b["digest"]))
+    for b in ordered:
+        b["engines"] = ", ".join(sorted(b["engines"]))
+    changes = [{"change_type": "policy_bundle", "cluster": None, "subject": "policy bundle", "at": b["first"],
+                "at_ns": None, "from_value": prev["revision"] if prev else None, "to_value": b["revision"],
+                "detail": f"digest {b['digest']}", "source_id": None}
+               for prev, b in zip([None] + ordered[:-1], ordered)]
+    return changes, ordered
+
+
+def _lineage_summary(session: Session, scope: pop.Scope) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    i, l = InferenceRecord, Lineage
+    status = func.coalesce(l.status, "not-attributed-yet")
+    base = select().select_from(i).outerjoin(l, l.record_id == i.id).where(pop.lineage_filter(scope))
+    by_status = [{"status": r[0], "reason": r[1] or "—", "count": r[2]} for r in session.execute(
+        base.add_columns(status, l.reason, func.count()).group_by(status, l.reason).order_by(status, l.reason))]
+    by_gpu_rows = session.execute(base.add_columns(l.physical_gpu_uuid, status, func.count())
+                                  .where(l.physical_gpu_uuid.is_not(None))
+                                  .group_by(l.physical_gpu_uuid, status).order_by(l.physical_gpu_uuid, status))
+    by_gpu: dict[str, dict[str, Any]] = {}
+    for gpu, st, n in by_gpu_rows:
+        g = by_gpu.setdefault(gpu, {"gpu": gpu, "exact": 0, "ambiguous": 0, "other": 0, "total": 0})
+        g[st if st in ("exact", "ambiguous") else "other"] += n
+        g["total"] += n
+    total = sum(r["count"] for r in by_status)
+    return by_status, list(by_gpu.values()), total
+
+
+# ------------------------------------------------------------------------------------------ render
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "j2", "xml"]),
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["dt"] = _fmt_dt
+    env.filters["bytes"] = _fmt_bytes
+    env.filters["dur"] = _fmt_s
+    env.filters["pretty_json"] = lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False)
+    return env
+
+
+def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: Path, *,
+                sign_key: Ed25519PrivateKey | None = None, archive: bool = False, record: bool = True,
+                policy_bundle: Path | None = None, clock_skew_s: float = 2.0, pdf: bool = True) -> PackResult:
+    """Render an evidence pack for ``request`` into ``out_dir`` (which must not exist or be empty).
+
+    Args:
+        sessions: session factory on a migrated store.
+        request: period and scope.
+        out_dir: the pack directory to create.
+        sign_key: Ed25519 private key; when given, ``manifest.sig`` is written.
+        archive: also write ``<out_dir>.tar.gz`` (deterministic: sorted members, times = period end).
+        record: insert the pack into ``evidence_packs`` and the ledger (skipped if the pack id exists).
+        policy_bundle: directory whose ``data.json`` maps namespaces to tenants (optional).
+        clock_skew_s: the attribution clock-skew tolerance, stated in the methodology.
+        pdf: render ``report.pdf`` (benchmarks may skip it to measure the populations alone).
+
+    Returns:
+        ``PackResult``.
+
+    Raises:
+        UserError: ``out_dir`` exists and is not empty, or cannot be written.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UserError(f"--out {out_dir}: exists and is not an empty directory; choose a new directory")
+    scope = pop.Scope(dt_to_ns(request.period_from), dt_to_ns(request.period_to), tuple(sorted(set(request.clusters))),
+                      tuple(sorted(set(request.namespaces))), tenant_map(policy_bundle))
+    tmp = out_dir.parent / f".{out_dir.name}.partial-{os.getpid()}"
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / "data").mkdir(parents=True)
+    except OSError as exc:
+        raise UserError(f"--out {out_dir}: cannot create it ({exc.strerror})") from None
+    try:
+        with sessions() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})  # one snapshot
+            context, meta = _gather_and_write(session, scope, tmp / "data", clock_skew_s)
+        pack_id = meta["pack_id"]
+        html = _environment().get_template("report.html.j2").render(**context)
+        (tmp / "index.html").write_text(html, encoding="utf-8")
+        if pdf:
+            _write_pdf(html, tmp / "report.pdf", pack_id, scope.to_ns)
+        signed = sign_key is not None
+        controls = controls_document(signed)
+        (tmp / "controls.json").write_text(json.dumps(controls, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                           encoding="utf-8")
+        files = [digest_file(p, rel) for rel, p in pack_files(tmp) if rel not in INTEGRITY_FILES]
+        manifest = build_manifest(meta, files, public_key_id(sign_key.public_key()) if signed else None)
+        data = manifest_bytes(manifest)
+        (tmp / MANIFEST_NAME).write_bytes(data)
+        if signed:
+            (tmp / SIGNATURE_NAME).write_bytes(sign_manifest(data, sign_key))
+        if out_dir.exists():
+            out_dir.rmdir()
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result = PackResult(out_dir, pack_id, sha256_hex(data), context["counts"], signed=signed, files=files)
+    if archive:
+        result.archive = write_archive(out_dir, out_dir.with_name(out_dir.name + ".tar.gz"), scope.to_ns)
+    if record:
+        result.recorded = record_pack(sessions, meta, out_dir, result.manifest_sha256)
+    return result
+
+
+def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_skew_s: float):
+    col = _Collector(scope)
+    counts: dict[str, int] = {}
+    sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row}
+    for population in pop.STREAMED:
+        counts[population.name] = pop.write_rows(data_dir, population.name, population.columns,
+                                                 pop.stream(session, population, scope), sinks.get(population.name))
+    findings = pop.findings(session, scope)
+    counts["findings"] = pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings)
+    coverage = pop.coverage(session, scope)
+    counts["coverage"] = pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage)
+    cov_summary = pop.coverage_summary(coverage, scope)
+    segments = sharing_segments(col.bars, scope.from_ns, scope.to_ns)
+    counts["sharing"] = pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments))
+    dc_changes, device_classes = _device_class_changes(session, scope)
+    bundle_changes, bundles = _bundle_changes(findings)
+    changes = dc_changes + col.driver_changes() + bundle_changes
+    counts["changes"] = pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes)
+    by_status, by_gpu, total_txn = _lineage_summary(session, scope)
+    anchor_seq, anchor_hash = ledger_anchor(session)
+
+    period = {"from": ns_to_rfc3339(scope.from_ns), "to": ns_to_rfc3339(scope.to_ns), "from_ns": scope.from_ns,
+              "to_ns": scope.to_ns}
+    scope_doc = {"clusters": list(scope.clusters) or ["*"], "namespaces": list(scope.namespaces) or ["*"]}
+    bundle_doc = [{"revision": b["revision"], "digest": b["digest"]} for b in bundles]
+    identity = {"period": period, "scope": scope_doc, "collector": __version__, "bundles": bundle_doc,
+                "ledger": [anchor_seq, anchor_hash], "counts": counts}
+    pack_id = sha256_hex(canonical_json(identity))[:32]
+    gaps = [c for c in coverage if c["state"] != "synced"]
+    meta = {
+        "pack_id": pack_id, "created": period["to"], "period": period, "scope": scope_doc,
+        "collector": {"name": "draudit", "version": __version__},
+        "policy_bundles": bundle_doc,
+        "ledger": {"seq": anchor_seq, "entry_hash": anchor_hash,
+                   "note": "last ledger entry covering evidence rows when the pack was rendered"},
+        "coverage": {"kinds": cov_summary, "gaps": len(gaps)},
+        "counts": counts,
+        "clock_skew_tolerance_s": clock_skew_s,
+    }
+    svgs = [Markup(s) for s in timeline_svgs(col.bars, scope.from_ns, scope.to_ns)]
+    gpus = sorted(col.gpus.values(), key=lambda g: (g["cluster"], g["node"] or "", g["uuid"]))
+    for g in gpus:
+        g["driver_versions"] = ", ".join(sorted(g["driver_versions"])) or "—"
+        g["devices"] = len(g["devices"])
+    migs = sorted(col.migs.values(), key=lambda m: (m["parent"], m["profile"] or "", m["uuid"]))
+    cross = [s for s in segments if s.cross_tenant]
+    context = {
+        "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
+        "sections": SECTIONS, "controls": controls_document(False)["controls"], "limit": HTML_ROW_LIMIT,
+        "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps,
+        "gpus": gpus, "migs": migs, "device_classes": device_classes,
+        "svgs": svgs, "legend": legend(col.bars), "claims": len({b.claim_uid for b in col.bars}),
+        "segments": [s.row() for s in segments], "cross_segments": [s.row() for s in cross],
+        "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
+        "findings": findings, "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
+        "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
+        "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "version": __version__,
+        "anchor": {"seq": anchor_seq, "hash": anchor_hash},
+        "columns": {"inventory": pop.INVENTORY_COLUMNS, "allocation_episodes": pop.EPISODE_COLUMNS,
+                    "consumer_intervals": pop.CONSUMER_COLUMNS, "transaction_lineage": pop.LINEAGE_COLUMNS,
+                    "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
+                    "changes": CHANGE_COLUMNS},
+        "not_evidenced": [c for c in CONTROLS if c["status"] == "not evidenced"],
+    }
+    return context, meta
+
+
+def _count_by(rows: list[dict[str, Any]], key: str, order: dict[str, int]) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r[key]] = counts.get(r[key], 0) + 1
+    return sorted(counts.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
+
+
+def _write_pdf(html: str, target: Path, pack_id: str, date_ns: int) -> None:
+    """WeasyPrint from the same HTML, byte-identical for the same HTML.
+
+    The PDF creation date comes from ``<meta name=dcterms.created>`` (the period end) and the file
+    identifier is the pack id. Font subsets are written by fontTools, which stamps the font's
+    ``head.modified`` with the current time unless ``SOURCE_DATE_EPOCH`` is set
+    (reproducible-builds.org convention): it is set to the period end for the duration of the call.
+    """
+    from weasyprint import HTML
+
+    previous = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(date_ns // 1_000_000_000)
+    try:
+        HTML(string=html, base_url=str(TEMPLATES)).write_pdf(str(target), pdf_identifier=pack_id.encode("ascii"))
+    finally:
+        if previous is None:
+            os.environ.pop("SOURCE_DATE_EPOCH", None)
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = previous
+
+
+def write_archive(pack_dir: Path, target: Path, mtime_ns: int) -> Path:
+    """Deterministic ``.tar.gz`` of ``pack_dir`` under one top directory named like the pack directory.
+
+    Members are sorted, owned by 0:0 with empty names, mode 0644/0755, timestamps = ``mtime_ns``
+    (the period end); the gzip header carries the same time and no file name.
+    """
+    mtime = mtime_ns // 1_000_000_000
+    top = pack_dir.name
+    tmp = target.with_name(target.name + ".partial")
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        dirs = sorted({str(Path(rel).parent) for rel, _ in pack_files(pack_dir)} - {"."})
+        for name in [top] + [f"{top}/{d}" for d in dirs]:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, mtime
+            tar.addfile(info)
+        for rel, path in pack_files(pack_dir):
+            info = tarfile.TarInfo(f"{top}/{rel}")
+            info.size, info.mode, info.mtime = path.stat().st_size, 0o644, mtime
+            with open(path, "rb") as fh:
+                tar.addfile(info, fh)
+    tmp.replace(target)
+    return target
+
+
+def record_pack(sessions: sessionmaker[Session], meta: dict[str, Any], path: Path, manifest_sha256: str) -> bool:
+    """Insert the pack into ``evidence_packs`` and ledger it; False when that pack id is already recorded."""
+    with sessions.begin() as session:
+        exists = session.execute(select(EvidencePack.id).where(EvidencePack.pack_id == meta["pack_id"])).first()
+        if exists:
+            log.info("pack %s already recorded; not recorded again", meta["pack_id"])
+            return False
+        row = {"pack_id": meta["pack_id"], "period_from_ns": meta["period"]["from_ns"],
+               "period_to_ns": meta["period"]["to_ns"], "scope": meta["scope"], "path": str(path.resolve()),
+               "manifest_sha256": manifest_sha256, "ledger_head_seq": meta["ledger"]["seq"],
+               "ledger_head_hash": meta["ledger"]["entry_hash"], "created_at": utcnow()}
+        obj = EvidencePack(**row)
+        session.add(obj)
+        session.flush()
+        ledger.append(session, "evidence_packs", [{**row, "id": obj.id}])
+    return True

@@ -1,0 +1,93 @@
+"""Offline verification of an evidence pack (a directory or its ``.tar.gz``): no database, no network.
+
+Reads the files, hashes them in 1 MiB chunks, and hands the digests to the pure checks in
+``reports.manifest``. An archive must hold exactly one top-level directory of regular files; a
+link, device, absolute path or ``..`` member is reported as a failure, never extracted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from pathlib import Path, PurePosixPath
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from collector.errors import UserError
+from reports.manifest import MANIFEST_NAME, SIGNATURE_NAME, Check, FileDigest, check_pack
+from reports.render import digest_file, pack_files
+
+CHUNK_BYTES = 1 << 20
+SMALL_FILE_BYTES = 64 << 20  # manifest and signature are read whole; refuse absurd sizes
+
+
+def verify_pack(path: Path, public_key: Ed25519PublicKey | None = None) -> list[Check]:
+    """Every check of the pack at ``path`` (see ``reports.manifest.check_pack``).
+
+    Raises:
+        UserError: ``path`` does not exist or is neither a directory nor a readable ``.tar.gz``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _verify_directory(path, public_key)
+    if path.is_file():
+        return _verify_archive(path, public_key)
+    raise UserError(f"pack {path}: no such directory or archive")
+
+
+def _verify_directory(root: Path, public_key: Ed25519PublicKey | None) -> list[Check]:
+    manifest_path = root / MANIFEST_NAME
+    if not manifest_path.is_file():
+        return [Check("manifest", False, f"{MANIFEST_NAME} is missing from {root}")]
+    sig_path = root / SIGNATURE_NAME
+    present = {rel: digest_file(p, rel) for rel, p in pack_files(root) if rel not in (MANIFEST_NAME, SIGNATURE_NAME)}
+    oddities = [Check(f"extra {p.relative_to(root).as_posix()}", False, "not a regular file (link or device)")
+                for p in sorted(root.rglob("*")) if p.is_symlink()]
+    signature = sig_path.read_bytes() if sig_path.is_file() else None
+    return check_pack(manifest_path.read_bytes(), signature, present, public_key) + oddities
+
+
+def _verify_archive(archive: Path, public_key: Ed25519PublicKey | None) -> list[Check]:
+    try:
+        tar = tarfile.open(archive, mode="r:*")
+    except (tarfile.TarError, OSError) as exc:
+        raise UserError(f"pack {archive}: not a directory or a readable tar archive ({exc})") from None
+    bad: list[Check] = []
+    present: dict[str, FileDigest] = {}
+    manifest_data: bytes | None = None
+    signature: bytes | None = None
+    tops: set[str] = set()
+    with tar:
+        for member in tar:
+            name = PurePosixPath(member.name)
+            if name.is_absolute() or ".." in name.parts:
+                bad.append(Check(f"extra {member.name}", False, "unsafe path in archive (absolute or ..)"))
+                continue
+            tops.add(name.parts[0])
+            if member.isdir():
+                continue
+            rel = PurePosixPath(*name.parts[1:]).as_posix() if len(name.parts) > 1 else ""
+            if not member.isfile() or not rel:
+                bad.append(Check(f"extra {member.name}", False, "not a regular file inside the pack directory"))
+                continue
+            fh = tar.extractfile(member)
+            if rel in (MANIFEST_NAME, SIGNATURE_NAME):
+                if member.size > SMALL_FILE_BYTES:
+                    bad.append(Check(f"extra {rel}", False, "implausibly large"))
+                    continue
+                data = fh.read()
+                if rel == MANIFEST_NAME:
+                    manifest_data = data
+                else:
+                    signature = data
+                continue
+            h, size = hashlib.sha256(), 0
+            while chunk := fh.read(CHUNK_BYTES):
+                h.update(chunk)
+                size += len(chunk)
+            present[rel] = FileDigest(rel, size, h.hexdigest())
+    if len(tops) > 1:
+        bad.append(Check("archive", False, f"archive holds {len(tops)} top-level entries; a pack archive holds one directory"))
+    if manifest_data is None:
+        return [Check("manifest", False, f"{MANIFEST_NAME} is missing from {archive}")] + bad
+    return check_pack(manifest_data, signature, present, public_key) + bad

@@ -1,0 +1,404 @@
+"""Evidence packs rendered from a store with realistic rows: contents, reproducibility, tamper detection."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import tarfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pypdf import PdfReader
+from sqlalchemy import insert, select
+
+from collector.cli import cli
+from collector.store import ledger
+from collector.store.canonical import content_hash
+from collector.store.models import (
+    AllocationEpisode,
+    AllocationResult,
+    ClaimConsumer,
+    CoverageInterval,
+    DeviceState,
+    EvidencePack,
+    Finding,
+    InferenceRecord,
+    Lineage,
+    ObjectVersion,
+    WatchState,
+)
+from collector.timeutil import dt_to_ns
+from reports.manifest import load_private_key, load_public_key
+from reports.render import PackRequest, render_pack
+from reports.verify import verify_pack
+
+CLUSTER = "prod-eu-1"
+DAY = datetime(2026, 11, 28, tzinfo=timezone.utc)
+PERIOD_FROM, PERIOD_TO = DAY, DAY + timedelta(days=1)
+GPU_A = "GPU-7f3c2a1e-4b5d-6e7f-8091-a2b3c4d5e6f7"  # H100, whole GPU, time-sliced
+GPU_B = "GPU-19d8e7f6-0a1b-2c3d-4e5f-60718293a4b5"  # A100, MIG-partitioned
+MIG_B1 = "MIG-0b7e5c3a-1111-5d2e-9f80-1a2b3c4d5e01"
+MIG_B2 = "MIG-0b7e5c3a-2222-5d2e-9f80-1a2b3c4d5e02"
+GAP_REASON = "watch closed with 410 Gone; relisted"
+FINDING_RULE = "isolation.cross_tenant_without_partitioning"
+TENANTS = {"risk-inference": "risk", "marketing-ml": "marketing"}
+
+
+def at(hours: float) -> datetime:
+    return DAY + timedelta(hours=hours)
+
+
+def ns(hours: float) -> int:
+    return dt_to_ns(at(hours))
+
+
+# --------------------------------------------------------------------------------- store builders
+
+
+def add_version(s, kind: str, name: str, uid: str, rv: str, hours: float, raw: dict | None = None,
+                namespace: str | None = None, event: str = "ADDED") -> int:
+    raw = raw or {"kind": kind, "metadata": {"name": name, "uid": uid, "resourceVersion": rv}}
+    row = {"cluster": CLUSTER, "api_group": "resource.k8s.io", "api_version": "v1", "kind": kind,
+           "namespace": namespace, "name": name, "uid": uid, "resource_version": rv, "event_type": event,
+           "observed_at": at(hours), "raw": raw, "content_hash": content_hash(raw)}
+    new_id = s.execute(insert(ObjectVersion).values(**row).returning(ObjectVersion.id)).scalar_one()
+    ledger.append(s, "object_versions", [{**row, "id": new_id}])
+    return new_id
+
+
+def add_device(s, source: int, device: str, node: str, hours_from: float, hours_to: float | None, *,
+               device_type: str, uuid: str, parent: str | None = None, profile: str | None = None,
+               product: str, memory_gib: int, driver_version: str, multiple: bool = False) -> None:
+    s.execute(insert(DeviceState).values(
+        cluster=CLUSTER, driver="gpu.nvidia.com", pool=node, device=device, slice_name=f"{node}-gpu.nvidia.com-x7k2",
+        pool_generation=1, node_name=node, device_type=device_type, uuid=uuid, parent_uuid=parent,
+        physical_gpu_uuid=parent or uuid, profile=profile, product_name=product, driver_version=driver_version,
+        memory_bytes=memory_gib * 2**30, allow_multiple_allocations=multiple, attributes={}, capacity={},
+        valid_from_ns=ns(hours_from), valid_to_ns=None if hours_to is None else ns(hours_to), source_version_id=source))
+
+
+def add_claim(s, source: int, namespace: str, name: str, uid: str, node: str, device: str, hours_from: float,
+              hours_to: float | None, pod: str) -> int:
+    ep = s.execute(insert(AllocationEpisode).values(
+        cluster=CLUSTER, claim_uid=uid, claim_namespace=namespace, claim_name=name, owner_pod_uid=None, first_rv="1",
+        node_name=node, valid_from_ns=ns(hours_from), valid_to_ns=None if hours_to is None else ns(hours_to),
+        source_version_id=source).returning(AllocationEpisode.id)).scalar_one()
+    s.execute(insert(AllocationResult).values(episode_id=ep, request="gpu", driver="gpu.nvidia.com", pool=node,
+                                              device=device, device_class_name="gpu.nvidia.com"))
+    s.execute(insert(ClaimConsumer).values(
+        cluster=CLUSTER, claim_uid=uid, episode_id=ep, consumer_resource="pods", consumer_name=pod,
+        consumer_uid=f"pod-{uid}", valid_from_ns=ns(hours_from), valid_to_ns=None if hours_to is None else ns(hours_to)))
+    return ep
+
+
+def add_transaction(s, txn: str, hours: float, pod: str, namespace: str, status: str, reason: str | None,
+                    gpu: str | None, device: str | None) -> None:
+    row = {"transaction_id": txn, "event_time_ns": ns(hours), "event_time_precision_ns": 1_000_000,
+           "received_ns": ns(hours) + 5_000_000, "cluster": CLUSTER, "pod_uid": None, "pod_namespace": namespace,
+           "pod_name": pod, "container_name": "scorer", "model_name": "fraud-gbm", "model_version": "2026.11.3",
+           "decision": "approve", "latency_ms": 4.2, "source_format": "jsonl", "envelope": "plain",
+           "source": "/var/log/scoring/scoring.jsonl", "position": str(int(hours * 100)), "raw_sha256": "ab" * 32,
+           "dedup_key": content_hash({"t": txn}), "conflict": False}
+    rid = s.execute(insert(InferenceRecord).values(**row).returning(InferenceRecord.id)).scalar_one()
+    ledger.append(s, "inference_records", [{**row, "id": rid, "attributes": None, "trace_id": None, "span_id": None,
+                                            "node_name": None, "pod_uid_source": None, "run_id": None}])
+    s.execute(insert(Lineage).values(
+        record_id=rid, status=status, reason=reason, candidates=1 if gpu else 0, claim_namespace=namespace if gpu else None,
+        claim_name="fraud-0-gpu" if gpu else None, driver="gpu.nvidia.com" if gpu else None, device=device,
+        physical_gpu_uuid=gpu, device_uuid=gpu, node_name="gpu-node-a" if gpu else None, attributed_at=at(30)))
+
+
+def fill_store(sessions) -> None:
+    """One day on two GPU nodes: cross-tenant time-slicing on an H100, MIG sharing on an A100, a watch gap."""
+    with sessions.begin() as s:
+        dc = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+              "metadata": {"name": "gpu.nvidia.com", "uid": "dc-1", "resourceVersion": "900"},
+              "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}}
+        src = add_version(s, "DeviceClass", "gpu.nvidia.com", "dc-1", "900", 0.5, dc)
+        slices = add_version(s, "ResourceSlice", "gpu-node-a-gpu.nvidia.com-x7k2", "rs-1", "901", 0.1)
+        add_device(s, slices, "gpu-0", "gpu-node-a", -24, 6, device_type="gpu", uuid=GPU_A, product="NVIDIA H100 80GB HBM3",
+                   memory_gib=80, driver_version="550.90.07", multiple=True)
+        add_device(s, slices, "gpu-0", "gpu-node-a", 6, None, device_type="gpu", uuid=GPU_A,
+                   product="NVIDIA H100 80GB HBM3", memory_gib=80, driver_version="560.35.03", multiple=True)
+        for dev, mig in (("gpu-0-mig-3g40gb-0", MIG_B1), ("gpu-0-mig-3g40gb-1", MIG_B2)):
+            add_device(s, slices, dev, "gpu-node-b", -24, None, device_type="mig", uuid=mig, parent=GPU_B,
+                       profile="3g.40gb", product="NVIDIA A100-SXM4-80GB", memory_gib=40, driver_version="550.90.07")
+        claim_src = add_version(s, "ResourceClaim", "fraud-0-gpu", "claim-1", "1001", 1, namespace="risk-inference")
+        add_claim(s, claim_src, "risk-inference", "fraud-0-gpu", "claim-1", "gpu-node-a", "gpu-0", 1, 5, "fraud-0")
+        add_claim(s, claim_src, "marketing-ml", "recsys-gpu", "claim-2", "gpu-node-a", "gpu-0", 3, 4, "recsys-0")
+        add_claim(s, claim_src, "risk-inference", "scoring-mig", "claim-3", "gpu-node-b", "gpu-0-mig-3g40gb-0", 8, None,
+                  "scoring-0")
+        add_claim(s, claim_src, "marketing-ml", "embed-mig", "claim-4", "gpu-node-b", "gpu-0-mig-3g40gb-1", 9, 12,
+                  "embed-0")
+        add_claim(s, claim_src, "risk-inference", "yesterday", "claim-0", "gpu-node-a", "gpu-0", -10, -2, "old-0")
+        cov = []
+        for state, start, end, reason in (("synced", 0, 10, None), ("gap", 10, 10 + 5 / 60, GAP_REASON)):
+            row = {"cluster": CLUSTER, "kind": "ResourceClaim", "state": state, "started_ns": ns(start),
+                   "ended_ns": ns(end), "from_rv": "1001" if state == "gap" else None,
+                   "to_rv": "1042" if state == "gap" else None, "reason": reason}
+            cid = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
+            cov.append({**row, "id": cid})
+        ledger.append(s, "coverage_intervals", cov)
+        s.add(WatchState(cluster=CLUSTER, kind="ResourceClaim", api_version="v1", resource_version="2000", synced=True,
+                         state="synced", state_since_ns=ns(10 + 5 / 60), updated_at=at(30)))
+        for i, h in enumerate((2.0, 2.5, 3.5)):
+            add_transaction(s, f"txn-{i:04d}", h, "fraud-0", "risk-inference", "exact", None, GPU_A, "gpu-0")
+        add_transaction(s, "txn-0100", 5.0, "fraud-0", "risk-inference", "ambiguous", "skew-window", GPU_A, "gpu-0")
+        add_transaction(s, "txn-0200", 7.0, "ghost-0", "risk-inference", "unattributed", "no-pod", None, None)
+        add_transaction(s, "txn-9999", 25.0, "fraud-0", "risk-inference", "exact", None, GPU_A, "gpu-0")  # next day
+        for rule, sev, kind, msg, frm, to, gpu, subjects in (
+                (FINDING_RULE, "high", "violation",
+                 "tenants marketing and risk shared GPU without hardware partitioning", 3, 4, GPU_A,
+                 {"tenants": ["marketing", "risk"], "claims": [{"namespace": "marketing-ml", "name": "recsys-gpu"},
+                                                               {"namespace": "risk-inference", "name": "fraud-0-gpu"}]}),
+                ("coverage.watch_gap", "medium", "warning", "ResourceClaim watch gap of 300 s", 10, 10 + 5 / 60, None,
+                 {"kind": "ResourceClaim"})):
+            for evaluated in (at(26), at(27)):  # re-evaluated: must appear once in the pack
+                row = {"finding_key": content_hash([rule, frm, evaluated.isoformat()]), "cluster": CLUSTER, "rule": rule,
+                       "severity": sev, "kind": kind, "message": msg, "subjects": subjects, "evidence": {"episode_ids": [1, 2]},
+                       "physical_gpu_uuid": gpu, "from_ns": ns(frm), "to_ns": ns(to), "period_from_ns": ns(0),
+                       "period_to_ns": ns(24), "bundle_revision": "2026.11.2", "bundle_digest": "d1" * 32,
+                       "engine": "regorus", "evaluated_at": evaluated}
+                fid = s.execute(insert(Finding).values(**row).returning(Finding.id)).scalar_one()
+                ledger.append(s, "findings", [{**row, "id": fid}])
+
+
+@pytest.fixture
+def bundle(tmp_path) -> Path:
+    d = tmp_path / "bundle"
+    d.mkdir()
+    (d / "data.json").write_text(json.dumps({"namespace_tenants": TENANTS}))
+    return d
+
+
+@pytest.fixture
+def key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def render(sessions, out: Path, bundle: Path, key=None, archive=False, **kw):
+    return render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ()), out, sign_key=key,
+                       archive=archive, policy_bundle=bundle, **kw)
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+# --------------------------------------------------------------------------------- tests
+
+
+def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundle, key):
+    fill_store(sessions)
+    result = render(sessions, tmp_path / "pack", bundle, key)
+    pack = result.path
+    names = sorted(p.relative_to(pack).as_posix() for p in pack.rglob("*") if p.is_file())
+    for expected in ("index.html", "report.pdf", "controls.json", "manifest.json", "manifest.sig",
+                     "data/inventory.csv", "data/allocation_episodes.json", "data/transaction_lineage.csv",
+                     "data/findings.csv", "data/coverage.csv", "data/consumer_intervals.csv", "data/sharing.csv"):
+        assert expected in names
+
+    html = (pack / "index.html").read_text()
+    pdf_text = "\n".join(page.extract_text() for page in PdfReader(pack / "report.pdf").pages)
+    for text in (re.sub(r"<[^>]+>", " ", html), pdf_text):
+        for fact in (GPU_A, GPU_B, MIG_B1, FINDING_RULE, GAP_REASON, result.pack_id):
+            assert flat(fact) in flat(text), fact
+        # the cross-tenant time-slicing interval on the H100: both tenants named with the mode
+        assert re.search(r"marketing,\s*risk\s*shared device", text)
+        assert "MIG-partitioned" in text
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
+    assert "<script" not in html
+    # the finding was evaluated twice but is one decision
+    assert html.count(FINDING_RULE) == 1
+    reader = PdfReader(pack / "report.pdf")
+    pages = len(reader.pages)
+    assert f"page 1 of {pages}" in reader.pages[0].extract_text()
+    assert result.pack_id in reader.pages[pages - 1].extract_text()
+    assert reader.metadata["/CreationDate"].startswith("D:20261129000000")
+
+    lineage = (pack / "data/transaction_lineage.csv").read_text().splitlines()
+    assert lineage[0].startswith("transaction_id,event_time,event_time_ns,cluster")
+    assert [l.split(",")[0] for l in lineage[1:]] == ["txn-0000", "txn-0001", "txn-0002", "txn-0100", "txn-0200"]
+    episodes = json.loads((pack / "data/allocation_episodes.json").read_text())
+    assert {(e["claim_name"], e["tenant"], e["physical_gpu_uuid"]) for e in episodes} == {
+        ("fraud-0-gpu", "risk", GPU_A), ("recsys-gpu", "marketing", GPU_A), ("scoring-mig", "risk", GPU_B),
+        ("embed-mig", "marketing", GPU_B)}
+    sharing = json.loads((pack / "data/sharing.json").read_text())
+    assert [(s["physical_gpu_uuid"], s["from"], s["to"], s["mode"]) for s in sharing] == [
+        (GPU_B, "2026-11-28T09:00:00Z", "2026-11-28T12:00:00Z", "MIG-partitioned"),
+        (GPU_A, "2026-11-28T03:00:00Z", "2026-11-28T04:00:00Z", "shared device (no hardware partitioning)")]
+    changes = json.loads((pack / "data/changes.json").read_text())
+    assert {"change_type": "driver_version", "subject": GPU_A, "from_value": "550.90.07", "to_value": "560.35.03"}.items() \
+        <= next(c for c in changes if c["change_type"] == "driver_version").items()
+
+    manifest = json.loads((pack / "manifest.json").read_text())
+    assert manifest["period"] == {"from": "2026-11-28T00:00:00Z", "to": "2026-11-29T00:00:00Z",
+                                  "from_ns": dt_to_ns(PERIOD_FROM), "to_ns": dt_to_ns(PERIOD_TO)}
+    assert manifest["policy_bundles"] == [{"revision": "2026.11.2", "digest": "d1" * 32}]
+    gap_kind = next(k for k in manifest["coverage"]["kinds"] if k["kind"] == "ResourceClaim")
+    assert gap_kind["gap_s"] == 300.0 and gap_kind["gaps"] == 1 and gap_kind["unobserved_s"] == 0.0
+    with sessions() as s:
+        head = ledger.current_head(s)
+        stored = s.execute(select(EvidencePack)).scalar_one()
+        assert ledger.verify(s).ok
+    assert manifest["ledger"]["seq"] == head.seq - 1  # the pack's own record is the entry after the anchor
+    assert stored.pack_id == result.pack_id and stored.manifest_sha256 == result.manifest_sha256
+    controls = json.loads((pack / "controls.json").read_text())
+    by_id = {c["id"]: c for c in controls["controls"]}
+    assert by_id["DORA (EU) 2022/2554 Art. 9(4)(b)"]["files"] == ["data/sharing.csv", "data/sharing.json",
+                                                                 "data/findings.csv", "data/findings.json"]
+    assert by_id["NIS2 (EU) 2022/2555 Art. 21(2)(j)"]["status"] == "not evidenced"
+    for c in controls["controls"]:
+        for f in c["files"]:
+            assert f in names, f
+    checks = verify_pack(pack, key.public_key())
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+
+def test_namespace_scope_filters_claims_and_transactions(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    result = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ("marketing-ml",)),
+                         tmp_path / "pack", policy_bundle=bundle, pdf=False)
+    episodes = json.loads((result.path / "data/allocation_episodes.json").read_text())
+    assert sorted(e["claim_name"] for e in episodes) == ["embed-mig", "recsys-gpu"]
+    assert result.counts["transaction_lineage"] == 0
+    findings = json.loads((result.path / "data/findings.json").read_text())
+    assert sorted(f["rule"] for f in findings) == ["coverage.watch_gap", FINDING_RULE]
+
+
+def test_rendering_twice_gives_byte_identical_files(sessions, tmp_path, bundle, key):
+    fill_store(sessions)
+    first = render(sessions, tmp_path / "one", bundle, key, archive=True)
+    second = render(sessions, tmp_path / "two" / "one", bundle, key, archive=True)
+    assert first.recorded and not second.recorded  # same pack id: recorded once
+    assert first.pack_id == second.pack_id
+    files = sorted(p.relative_to(first.path) for p in first.path.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(second.path) for p in second.path.rglob("*") if p.is_file())
+    for rel in files:
+        assert (first.path / rel).read_bytes() == (second.path / rel).read_bytes(), rel
+    assert second.archive.read_bytes() == first.archive.read_bytes()  # same top directory name "one"
+
+
+def _fail_names(checks):
+    return [(c.name, c.detail) for c in checks if c.ok is False]
+
+
+def test_tampering_is_detected_and_named(sessions, tmp_path, bundle, key):
+    fill_store(sessions)
+    clean = render(sessions, tmp_path / "pack", bundle, key).path
+    assert _fail_names(verify_pack(clean, key.public_key())) == []
+
+    def copy(name: str) -> Path:
+        return Path(shutil.copytree(clean, tmp_path / name))
+
+    # change one byte of every file in turn
+    for rel in sorted(p.relative_to(clean).as_posix() for p in clean.rglob("*") if p.is_file()):
+        pack = copy("flip")
+        data = bytearray((pack / rel).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (pack / rel).write_bytes(bytes(data))
+        failed = _fail_names(verify_pack(pack, key.public_key()))
+        assert failed, rel
+        if rel not in ("manifest.json", "manifest.sig"):
+            assert failed == [(f"file {rel}", failed[0][1])] and "SHA-256 differs" in failed[0][1]
+        elif rel == "manifest.sig":
+            assert failed[0][0] == "signature"
+        else:
+            assert failed[0][0] in ("manifest", "signature")
+        shutil.rmtree(pack)
+
+    pack = copy("deleted")
+    (pack / "data/findings.csv").unlink()
+    assert _fail_names(verify_pack(pack, key.public_key())) == [
+        ("file data/findings.csv", "missing (listed in the manifest, not in the pack)")]
+    shutil.rmtree(pack)
+
+    pack = copy("added")
+    (pack / "data/extra.csv").write_text("transaction_id\ntxn-forged\n")
+    assert [n for n, _ in _fail_names(verify_pack(pack, key.public_key()))] == ["extra data/extra.csv"]
+    shutil.rmtree(pack)
+
+    # swap the manifest for one recomputed over a forged file: digests match, the signature does not
+    pack = copy("swapped")
+    (pack / "data/findings.csv").write_text("rule\nnothing-to-see\n")
+    manifest = json.loads((pack / "manifest.json").read_text())
+    from reports.manifest import digest_bytes, manifest_bytes
+
+    for entry in manifest["files"]:
+        if entry["path"] == "data/findings.csv":
+            d = digest_bytes(entry["path"], (pack / entry["path"]).read_bytes())
+            entry["size"], entry["sha256"] = d.size, d.sha256
+    (pack / "manifest.json").write_bytes(manifest_bytes(manifest))
+    failed = _fail_names(verify_pack(pack, key.public_key()))
+    assert [n for n, _ in failed] == ["signature"] and "does not verify" in failed[0][1]
+    # ... and with the signature removed and its declaration stripped, a key holder still notices
+    del manifest["signing"]
+    (pack / "manifest.json").write_bytes(manifest_bytes(manifest))
+    (pack / "manifest.sig").unlink()
+    assert _fail_names(verify_pack(pack, key.public_key())) == [("signature", "pack is not signed, but a public key was given")]
+    shutil.rmtree(pack)
+
+    other = Ed25519PrivateKey.generate().public_key()
+    failed = _fail_names(verify_pack(clean, other))
+    assert [n for n, _ in failed] == ["signature"] and "the public key given is" in failed[0][1]
+
+
+def test_verify_archive_and_cli(sessions, tmp_path, bundle, database_url):
+    fill_store(sessions)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["keys", "generate", "--out", str(tmp_path / "k")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["report", "--from", "2026-11-28", "--to", "2026-11-29T00:00:00Z", "--cluster", CLUSTER,
+                              "--out", str(tmp_path / "pack"), "--sign-key", str(tmp_path / "k.key"), "--archive",
+                              "--database-url", database_url], env={"DRAUDIT_POLICY_BUNDLE": str(bundle)})
+    assert res.exit_code == 0, res.output
+    archive = tmp_path / "pack.tar.gz"
+    assert archive.is_file()
+    res = runner.invoke(cli, ["verify", str(archive), "--public-key", str(tmp_path / "k.pub")])
+    assert res.exit_code == 0, res.output
+    assert "PASS  signature" in res.output and "verdict: PASS" in res.output
+
+    # tamper inside the archive: rewrite it with one changed member
+    tampered = tmp_path / "tampered.tar.gz"
+    with tarfile.open(archive) as src, tarfile.open(tampered, "w:gz") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name.endswith("data/coverage.csv"):
+                data = data.replace(b"gap", b"synced")
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    res = runner.invoke(cli, ["verify", str(tampered), "--public-key", str(tmp_path / "k.pub")])
+    assert res.exit_code == 1
+    assert "FAIL  file data/coverage.csv" in res.output and "verdict: FAIL" in res.output
+
+    wrong = tmp_path / "wrong"
+    assert runner.invoke(cli, ["keys", "generate", "--out", str(wrong)]).exit_code == 0
+    res = runner.invoke(cli, ["verify", str(tmp_path / "pack"), "--public-key", str(wrong) + ".pub"])
+    assert res.exit_code == 1 and "FAIL  signature" in res.output
+
+    # keys round-trip and refuse to overwrite
+    load_private_key((tmp_path / "k.key").read_bytes())
+    load_public_key((tmp_path / "k.pub").read_bytes())
+    res = runner.invoke(cli, ["keys", "generate", "--out", str(tmp_path / "k")])
+    assert res.exit_code == 2 and "exists" in res.output
+
+
+def test_report_refuses_non_empty_out_dir_and_bad_period(sessions, tmp_path, database_url):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("keep me")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["report", "--from", "2026-11-28", "--to", "2026-11-29", "--out", str(tmp_path / "busy"),
+                              "--database-url", database_url])
+    assert res.exit_code == 2 and "not an empty directory" in res.output
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "keep me"
+    res = runner.invoke(cli, ["report", "--from", "2026-11-29", "--to", "2026-11-28", "--out", str(tmp_path / "p"),
+                              "--database-url", database_url])
+    assert res.exit_code == 2 and "must be after" in res.output
+    res = runner.invoke(cli, ["report", "--from", "yesterday", "--to", "2026-11-28", "--out", str(tmp_path / "p"),
+                              "--database-url", database_url])
+    assert res.exit_code == 2 and "RFC 3339" in res.output

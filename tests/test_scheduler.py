@@ -1,0 +1,188 @@
+"""Scheduled jobs: configured schedules, failure isolation and retry, run records, retention tombstones."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, insert, select
+
+from collector.cli import cli
+from collector.errors import UserError
+from collector.scheduler import (
+    RETENTION_CLASSES,
+    ScheduleConfig,
+    apply_retention,
+    build_scheduler,
+    job_overview,
+    load_schedule_config,
+)
+from collector.settings import Settings
+from collector.store import ledger
+from collector.store.canonical import content_hash
+from collector.store.models import CoverageInterval, EvidencePack, InferenceRecord, JobRun, LedgerEntry, Lineage, SchedulerJob
+from collector.timeutil import dt_to_ns
+from reports.verify import verify_pack
+
+NOW = datetime(2026, 11, 29, 0, 20, tzinfo=timezone.utc)
+
+
+def _settings(database_url: str, tmp_path) -> Settings:
+    return Settings(database_url=database_url, cluster="prod-eu-1", pack_dir=tmp_path / "packs",
+                    policy_bundle=tmp_path / "no-bundle")
+
+
+def _wait_for(predicate, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_config_from_environment_and_errors():
+    cfg = load_schedule_config({"DRAUDIT_SCHEDULE_POLICY": "off", "DRAUDIT_SCHEDULE_ATTRIBUTION": "interval:30",
+                                "DRAUDIT_RETENTION_DAYS_TRANSACTIONS": "400", "DRAUDIT_RETENTION_LEGAL_HOLD": "true"})
+    assert (cfg.attribution, cfg.policy, cfg.daily_pack) == ("interval:30", "off", "cron:15 0 * * *")
+    assert cfg.retention_days == {"transactions": 400} and cfg.legal_hold
+    with pytest.raises(UserError, match="DRAUDIT_SCHEDULE_DAILY_PACK='every day'"):
+        load_schedule_config({"DRAUDIT_SCHEDULE_DAILY_PACK": "every day"})
+    with pytest.raises(UserError, match="DRAUDIT_SCHEDULE_RETENTION='cron:61 \\* \\* \\* \\*'"):
+        load_schedule_config({"DRAUDIT_SCHEDULE_RETENTION": "cron:61 * * * *"})
+    with pytest.raises(UserError, match="DRAUDIT_RETENTION_DAYS_FINDINGS"):
+        load_schedule_config({"DRAUDIT_RETENTION_DAYS_FINDINGS": "-3"})
+
+
+def test_jobs_registered_with_configured_schedules(sessions, database_url, tmp_path):
+    cfg = load_schedule_config({"DRAUDIT_SCHEDULE_ATTRIBUTION": "interval:30", "DRAUDIT_SCHEDULE_POLICY": "off",
+                                "DRAUDIT_SCHEDULE_DAILY_PACK": "cron:5 2 * * *"})
+    sched = build_scheduler(_settings(database_url, tmp_path), sessions, cfg, key="t-registered")
+    try:
+        jobs = {j.id: j for j in sched.aps.get_jobs()}
+        assert sorted(jobs) == ["attribution", "daily_pack", "retention"]
+        assert jobs["attribution"].trigger.interval == timedelta(seconds=30)
+        fields = {f.name: str(f) for f in jobs["daily_pack"].trigger.fields}
+        assert (fields["minute"], fields["hour"]) == ("5", "2")
+        sched.start()
+        with sessions() as s:
+            stored = dict(s.execute(select(SchedulerJob.id, SchedulerJob.next_run_time)).all())
+        assert sorted(stored) == ["attribution", "daily_pack", "retention"]
+        next_pack = datetime.fromtimestamp(stored["daily_pack"], tz=timezone.utc)
+        assert (next_pack.hour, next_pack.minute, next_pack.second) == (2, 5, 0)
+    finally:
+        sched.shutdown()
+
+
+def test_failing_job_is_recorded_retried_and_does_not_stop_others(sessions, database_url, tmp_path):
+    calls = {"attribution": 0, "policy": 0}
+
+    def failing(ctx):
+        calls["attribution"] += 1
+        raise RuntimeError("lineage query failed: relation is locked")
+
+    def working(ctx):
+        calls["policy"] += 1
+        return f"evaluated {calls['policy']}"
+
+    cfg = ScheduleConfig(attribution="interval:0.4", policy="interval:0.3", daily_pack="off", retention="off",
+                         retry_delay_s=0.2)
+    sched = build_scheduler(_settings(database_url, tmp_path), sessions, cfg,
+                            jobs={"attribution": failing, "policy": working}, key="t-failing")
+    sched.start()
+    try:
+        assert _wait_for(lambda: calls["attribution"] >= 3 and calls["policy"] >= 3)
+    finally:
+        sched.shutdown()
+    with sessions() as s:
+        runs = s.execute(select(JobRun).order_by(JobRun.id)).scalars().all()
+    attribution = [r for r in runs if r.job_id == "attribution" and r.outcome != "running"]
+    policy = [r for r in runs if r.job_id == "policy" and r.outcome != "running"]
+    assert attribution and all(r.outcome == "error" for r in attribution)
+    assert attribution[0].error == "RuntimeError: lineage query failed: relation is locked"
+    assert policy and all(r.outcome == "success" for r in policy)
+    assert policy[0].summary == "evaluated 1" and policy[0].finished_at >= policy[0].started_at
+
+    overview = {r["job"]: r for r in job_overview(sessions, cfg)}
+    assert overview["attribution"]["outcome"] == "error" and "relation is locked" in overview["attribution"]["error"]
+    assert overview["policy"]["outcome"] == "success"
+    assert overview["daily_pack"]["last_run"] is None
+
+    res = CliRunner().invoke(cli, ["jobs", "list", "--database-url", database_url],
+                             env={"DRAUDIT_SCHEDULE_ATTRIBUTION": "interval:0.4", "DRAUDIT_SCHEDULE_POLICY": "interval:0.3"})
+    assert res.exit_code == 0, res.output
+    lines = {line.split()[0]: line for line in res.output.splitlines()[1:]}
+    assert "error" in lines["attribution"] and "RuntimeError: lineage query failed" in lines["attribution"]
+    assert "success" in lines["policy"] and "interval:0.3" in lines["policy"]
+    assert "never" in lines["daily_pack"] and "cron:15 0 * * *" in lines["daily_pack"]
+
+
+def test_real_attribution_job_runs_against_the_store(sessions, database_url, tmp_path):
+    sched = build_scheduler(_settings(database_url, tmp_path), sessions, ScheduleConfig(), key="t-real")
+    try:
+        assert sched.run_now("attribution") == "success"
+    finally:
+        sched.shutdown()
+    with sessions() as s:
+        run = s.execute(select(JobRun)).scalar_one()
+    assert run.outcome == "success" and run.summary.startswith("attributed ")
+
+
+def _record(s, txn: str, when: datetime) -> int:
+    row = {"transaction_id": txn, "event_time_ns": dt_to_ns(when), "event_time_precision_ns": 1000, "received_ns": dt_to_ns(when),
+           "source_format": "jsonl", "envelope": "plain", "source": "scoring.jsonl", "raw_sha256": "00" * 32,
+           "dedup_key": content_hash(txn), "conflict": False}
+    rid = s.execute(insert(InferenceRecord).values(**row).returning(InferenceRecord.id)).scalar_one()
+    stored = s.execute(select(InferenceRecord.__table__).where(InferenceRecord.id == rid)).mappings().one()
+    ledger.append(s, "inference_records", [dict(stored)])
+    s.execute(insert(Lineage).values(record_id=rid, status="unattributed", reason="no-pod", attributed_at=when))
+    return rid
+
+
+def test_retention_tombstones_every_deleted_row(sessions):
+    with sessions.begin() as s:
+        for i in range(5):
+            _record(s, f"old-{i}", NOW - timedelta(days=40 + i))
+        for i in range(3):
+            _record(s, f"new-{i}", NOW - timedelta(days=2))
+    held = ScheduleConfig(retention_days={"transactions": 30}, legal_hold=True)
+    assert apply_retention(sessions, held, NOW) == {}
+    assert apply_retention(sessions, ScheduleConfig(retention_days={"transactions": 30}), NOW) == {"transactions": 5}
+    with sessions() as s:
+        kept = sorted(s.execute(select(InferenceRecord.transaction_id)).scalars())
+        assert kept == ["new-0", "new-1", "new-2"]
+        assert s.execute(select(func.count()).select_from(Lineage)).scalar_one() == 3  # lineage cascaded
+        tombs = s.execute(select(LedgerEntry).where(LedgerEntry.op == "tombstone")).scalars().all()
+        assert len(tombs) == 5 and all("transactions kept 30 days" in t.tombstone["reason"] for t in tombs)
+        assert ledger.verify(s).ok
+    assert set(RETENTION_CLASSES) == {"transactions", "quarantine", "findings", "coverage", "job_runs"}
+
+
+def test_daily_pack_job_renders_missing_days_once(sessions, database_url, tmp_path):
+    with sessions.begin() as s:
+        row = {"cluster": "prod-eu-1", "kind": "ResourceClaim", "state": "synced",
+               "started_ns": dt_to_ns(NOW - timedelta(hours=30)), "ended_ns": dt_to_ns(NOW - timedelta(hours=1)),
+               "from_rv": None, "to_rv": None, "reason": None}
+        cid = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
+        ledger.append(s, "coverage_intervals", [{**row, "id": cid}])
+    settings = _settings(database_url, tmp_path)
+    sched = build_scheduler(settings, sessions, ScheduleConfig(pack_catchup_days=3), key="t-pack")
+    sched.context.clock = lambda: NOW
+    try:
+        assert sched.run_now("daily_pack") == "success"
+        assert sched.run_now("daily_pack") == "success"
+    finally:
+        sched.shutdown()
+    with sessions() as s:
+        packs = s.execute(select(EvidencePack).order_by(EvidencePack.period_from_ns)).scalars().all()
+        summaries = [r.summary for r in s.execute(select(JobRun).order_by(JobRun.id)).scalars()]
+    # observation began on 11-27 at 18:20: packs for 11-27 and 11-28, not for 11-26
+    assert [(p.period_from_ns, p.period_to_ns) for p in packs] == [
+        (dt_to_ns(datetime(2026, 11, d, tzinfo=timezone.utc)), dt_to_ns(datetime(2026, 11, d + 1, tzinfo=timezone.utc)))
+        for d in (27, 28)]
+    assert summaries[1] == "no day missing a pack"
+    pack = settings.pack_dir / "draudit-prod-eu-1-2026-11-28"
+    assert all(c.ok is not False for c in verify_pack(pack))
+    assert all(c.ok is not False for c in verify_pack(pack.with_name(pack.name + ".tar.gz")))
