@@ -120,7 +120,9 @@ class Scenario:
             "driver", "pool", "device", "device_uuid", "physical_gpu_uuid", "mig_profile",
             "product_name", "share_id", "consumed_memory"}``. An interval runs from the write that
             allocated and reserved the claim to the write that cleared it (§2.6 steps 5 and 9).
-        pods: pod uid → facts the log generator and the demo need (namespace, name, node,
+        pods: pod uid → facts the log generator and the demo need (``key``: the pod's role —
+            ``fraud-a`` stays, ``fraud-b`` is replaced, ``fraud-c`` is the new release,
+            ``kyc-mig-1``/``kyc-mig-2``, ``kyc-burst`` is the violator; namespace, name, node,
             deployment, service/model version, ``running_ns``, ``deletion_ns``,
             ``terminated_ns``, ``log_window_ns`` [from, to] for regular lines, ``drain_window_ns``
             while a deleted pod finishes in-flight requests, ``logs_via``, container ids, …).
@@ -842,7 +844,10 @@ def build_timeline(start_ns: int, duration_s: float = BASE_DURATION_S, seed: int
 
     Args:
         start_ns: wall-clock time (ns since the epoch, UTC) of ``at_s == 0``; object timestamps
-            (``creationTimestamp``, managedFields ``time``, conditions…) derive from it.
+            (``creationTimestamp``, managedFields ``time``, conditions…) derive from it. To keep
+            the watcher's observation times and the log times in step, build the timeline right
+            before playing it at speed 1 (a start lag well under a second is absorbed by the 3 s
+            log margin).
         duration_s: story length in seconds (default 30). The phase anchors (rolling update at
             40 %, replica deletion at 48 %, the other tenant's pod from 60 % to 83 %) scale with
             it; the steps inside one pod's lifecycle keep their real spacing (tens of ms to 1.4 s).
