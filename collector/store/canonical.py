@@ -1,10 +1,14 @@
 """Canonical JSON and content hashes for integrity (no I/O, tested exhaustively).
 
 Canonical form, in the style of RFC 8785 (JSON Canonicalization Scheme): object keys sorted,
-no insignificant whitespace, UTF-8, no NaN/Infinity. Two deliberate differences from strict JCS,
-both so that values we store survive unchanged: integers of any size are written exactly
-(nanosecond timestamps exceed 2**53), and keys sort by code point (identical to JCS' UTF-16 order
-for the ASCII keys Kubernetes and our rows use).
+no insignificant whitespace, UTF-8 without escaping non-ASCII. Deliberate
+differences from strict JCS, so that values we store survive unchanged: integers are written
+exactly (nanosecond timestamps exceed 2**53), and keys sort by code point (identical to JCS'
+UTF-16 order for the ASCII keys Kubernetes and our rows use).
+
+Serialisation is orjson's (fast enough to hash every stored row on the hot path); integers beyond
+64 bits fall back to the standard library encoder with the same options. NaN and Infinity (not
+JSON) serialise as ``null``, the same way on append and on verify.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ import json
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
+
+import orjson
+
+_ORJSON_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
 def _default(value: Any) -> Any:
@@ -32,15 +40,19 @@ def _default(value: Any) -> Any:
 def canonical_json(value: Any) -> bytes:
     """Serialise ``value`` to canonical JSON bytes (UTF-8).
 
-    Datetimes become RFC 3339 UTC text (``...Z``), bytes base64, Decimals strings.
+    Datetimes become RFC 3339 UTC text (``...Z``; naive ones are taken as UTC), bytes base64,
+    Decimals strings.
 
     Raises:
-        ValueError: NaN or Infinity (not JSON).
         TypeError: a value of an unsupported type.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default
-    ).encode("utf-8")
+    try:
+        return orjson.dumps(value, default=_default, option=_ORJSON_OPTS)
+    except orjson.JSONEncodeError as exc:
+        if "Integer exceeds 64-bit range" not in str(exc):
+            raise TypeError(str(exc)) from None
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                          default=_default).encode("utf-8")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -15,6 +15,7 @@ happen in the caller's transaction, so a rollback leaves no trace.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -29,6 +30,7 @@ _PG_LOCK_KEY = 0x6472617564  # "draud": the advisory lock id of the ledger chain
 VERIFY_BATCH = 5_000
 
 
+@lru_cache(maxsize=None)
 def ledgered_table(name: str) -> Table:
     """The SQLAlchemy ``Table`` called ``name``; it must have a single-column primary key.
 
@@ -54,7 +56,12 @@ def row_content(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
     Datetimes become ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (UTC, µs) so that the value written and the
     value read back (SQLite text, PostgreSQL timestamptz) hash the same.
     """
-    return {col.name: _normalise(row.get(col.name)) for col in table.columns}
+    return {name: _normalise(row.get(name)) for name in _column_names(table)}
+
+
+@lru_cache(maxsize=None)
+def _column_names(table: Table) -> tuple[str, ...]:
+    return tuple(col.name for col in table.columns)
 
 
 def leaf_hash(table: Table, row: Mapping[str, Any]) -> str:
@@ -134,7 +141,7 @@ def _append_entries(session: Session, entries: Iterable[tuple[str, str, str, str
                       "prev_hash": prev, "entry_hash": entry_hash, "tombstone": tomb, "appended_at": now})
         prev = entry_hash
     if batch:
-        session.execute(insert(LedgerEntry), batch)
+        session.execute(LedgerEntry.__table__.insert(), batch)  # Core executemany: no ORM bookkeeping
         session.execute(
             LedgerHead.__table__.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=prev, updated_at=now)
         )
@@ -176,11 +183,13 @@ class VerifyResult:
         return self.first_break is None
 
 
-def _entries(session: Session) -> Iterator[list[LedgerEntry]]:
+def _entries(session: Session) -> Iterator[list[Any]]:
+    """Ledger entries in sequence order, in batches (Core rows: attribute access, no ORM identity map)."""
+    table = LedgerEntry.__table__
     last = 0
     while True:
         batch = list(
-            session.execute(select(LedgerEntry).where(LedgerEntry.seq > last).order_by(LedgerEntry.seq).limit(VERIFY_BATCH)).scalars()
+            session.execute(select(table).where(table.c.seq > last).order_by(table.c.seq).limit(VERIFY_BATCH)).all()
         )
         if not batch:
             return
@@ -231,7 +240,7 @@ def verify(session: Session) -> VerifyResult:
     return VerifyResult(count, Head(count, prev), brk)
 
 
-def _check_entry(e: LedgerEntry, expected_seq: int, prev: str, rows: dict[str, dict[str, Mapping[str, Any]]],
+def _check_entry(e: Any, expected_seq: int, prev: str, rows: dict[str, dict[str, Mapping[str, Any]]],
                  tombstoned: set[tuple[str, str]]) -> Break | None:
     if e.seq != expected_seq:
         return Break(expected_seq, None, None, f"entry missing (next entry present is {e.seq})")
