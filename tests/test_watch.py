@@ -69,9 +69,8 @@ def test_1_silent_connection_detected_and_resumed(srv, sessions, watcher_factory
     _synced(w)
     before = srv.current_rv
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
-    srv.restart_watches = getattr(srv, "restart_watches", None)
     # Force a new watch so the stall applies: close the open streams cleanly.
-    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    srv.close_watches()
     time.sleep(0.3)
     created = [srv.apply(claim(f"c{i}")) for i in range(3)]
     wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 3, timeout_s=15, what="changes after the stall")
@@ -88,7 +87,7 @@ def test_2_stream_cut_mid_event_keeps_complete_events_once(srv, sessions, watche
     _synced(w)
     lists_before = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") != "true"])
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="cut_mid_event", after_events=2))
-    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    srv.close_watches()
     time.sleep(0.3)
     created = [srv.apply(claim(f"cut{i}")) for i in range(3)]
     wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 3, timeout_s=15, what="all three claims")
@@ -104,7 +103,7 @@ def test_3_multibyte_character_split_across_chunks(srv, sessions, watcher_factor
     _synced(w)
     text = "Überweisung – 取引 😀 prüfen"
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="split_utf8"))
-    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    srv.close_watches()
     time.sleep(0.3)
     srv.apply(claim("utf8", annotations={"bank.example/purpose": text}))
     wait_until(lambda: stored_raw(sessions, "ResourceClaim", "utf8"), what="claim stored")
@@ -180,7 +179,7 @@ def test_7_410_on_resume_relists_after_at_most_one_watch(srv, sessions, watcher_
     _synced(w)
     n_before = len(watch_requests(srv, "resourceclaims"))
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="error_event"))
-    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    srv.close_watches()
     wait_until(lambda: len([q for q in watch_requests(srv, "resourceclaims")[n_before:] if q.get("watch") != "true"]) >= 1,
                what="relist after 410")
     after = watch_requests(srv, "resourceclaims")[n_before:]
@@ -282,7 +281,7 @@ def test_11_invalid_json_and_wrongly_typed_object_quarantined_once(srv, sessions
     srv.add_fault(Fault(kind="ResourceSlice", verb="watch", action="inject_line", raw=b'{"type":"ADDED","object":{"kind":'))
     srv.add_fault(Fault(kind="ResourceSlice", verb="watch", action="inject_line",
                         raw=json.dumps({"type": "ADDED", "object": bad_slice}).encode()))
-    srv.close_watches() if hasattr(srv, "close_watches") else srv.restart()
+    srv.close_watches()
     time.sleep(0.3)
     good = srv.apply(gpu_slice("gpu-node-a", [("gpu-0", "GPU-good")]))
     wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 1, what="good slice after the bad lines")

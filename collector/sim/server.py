@@ -332,6 +332,17 @@ class FakeApiServer:
             self._cache.forget(self._storage.rv)
             return self._cache.close_all("restart")
 
+    def close_watches(self, kind: str | None = None) -> int:
+        """End the open watches of ``kind`` (None = all) cleanly, keeping history — as a load
+        balancer's idle timeout or a slow-consumer eviction does (watch-semantics §7). A client
+        resuming from its last RV gets every later event, no 410. Returns how many were closed."""
+        n = 0
+        with self._storage.lock:
+            for w in list(self._cache.watchers(kind)):
+                w.close("closed by test")
+                n += 1
+        return n
+
     def send_bookmark(self, kind: str | None = None) -> int:
         """Queue a BOOKMARK (current RV) to every open watch of ``kind`` (None = all kinds)
         that set ``allowWatchBookmarks``; returns how many watches got one."""
