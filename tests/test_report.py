@@ -290,7 +290,7 @@ def _fail_names(checks):
 
 def test_tampering_is_detected_and_named(sessions, tmp_path, bundle, key):
     fill_store(sessions)
-    clean = render(sessions, tmp_path / "pack", bundle, key).path
+    clean = render(sessions, tmp_path / "pack", bundle, key, pdf=False).path  # the PDF is covered by the CLI test
     assert _fail_names(verify_pack(clean, key.public_key())) == []
 
     def copy(name: str) -> Path:
@@ -375,6 +375,15 @@ def test_verify_archive_and_cli(sessions, tmp_path, bundle, database_url):
     res = runner.invoke(cli, ["verify", str(tampered), "--public-key", str(tmp_path / "k.pub")])
     assert res.exit_code == 1
     assert "FAIL  file data/coverage.csv" in res.output and "verdict: FAIL" in res.output
+
+    pdf = tmp_path / "pack" / "report.pdf"
+    data = bytearray(pdf.read_bytes())
+    data[-100] ^= 0x20
+    pdf.write_bytes(bytes(data))
+    res = runner.invoke(cli, ["verify", str(tmp_path / "pack"), "--public-key", str(tmp_path / "k.pub")])
+    assert res.exit_code == 1 and "FAIL  file report.pdf: SHA-256 differs" in res.output
+    data[-100] ^= 0x20
+    pdf.write_bytes(bytes(data))
 
     wrong = tmp_path / "wrong"
     assert runner.invoke(cli, ["keys", "generate", "--out", str(wrong)]).exit_code == 0

@@ -163,7 +163,7 @@ def test_retention_tombstones_every_deleted_row(sessions):
 def test_daily_pack_job_renders_missing_days_once(sessions, database_url, tmp_path):
     with sessions.begin() as s:
         row = {"cluster": "prod-eu-1", "kind": "ResourceClaim", "state": "synced",
-               "started_ns": dt_to_ns(NOW - timedelta(hours=30)), "ended_ns": dt_to_ns(NOW - timedelta(hours=1)),
+               "started_ns": dt_to_ns(NOW - timedelta(hours=10)), "ended_ns": dt_to_ns(NOW - timedelta(hours=1)),
                "from_rv": None, "to_rv": None, "reason": None}
         cid = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
         ledger.append(s, "coverage_intervals", [{**row, "id": cid}])
@@ -178,10 +178,9 @@ def test_daily_pack_job_renders_missing_days_once(sessions, database_url, tmp_pa
     with sessions() as s:
         packs = s.execute(select(EvidencePack).order_by(EvidencePack.period_from_ns)).scalars().all()
         summaries = [r.summary for r in s.execute(select(JobRun).order_by(JobRun.id)).scalars()]
-    # observation began on 11-27 at 18:20: packs for 11-27 and 11-28, not for 11-26
+    # observation began on 11-28 at 14:20: a pack for 11-28, none for the unobserved 11-26 and 11-27
     assert [(p.period_from_ns, p.period_to_ns) for p in packs] == [
-        (dt_to_ns(datetime(2026, 11, d, tzinfo=timezone.utc)), dt_to_ns(datetime(2026, 11, d + 1, tzinfo=timezone.utc)))
-        for d in (27, 28)]
+        (dt_to_ns(datetime(2026, 11, 28, tzinfo=timezone.utc)), dt_to_ns(datetime(2026, 11, 29, tzinfo=timezone.utc)))]
     assert summaries[1] == "no day missing a pack"
     pack = settings.pack_dir / "draudit-prod-eu-1-2026-11-28"
     assert all(c.ok is not False for c in verify_pack(pack))

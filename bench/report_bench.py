@@ -1,0 +1,206 @@
+"""Benchmark: render an evidence pack for N transactions and M claims; seconds and peak RSS.
+
+Usage::
+
+    .venv/bin/python bench/report_bench.py                      # 1 M transactions, 10 k claims, SQLite
+    .venv/bin/python bench/report_bench.py --long               # 10 M transactions
+    .venv/bin/python bench/report_bench.py --backend postgresql --n 1000000 --claims 10000
+    .venv/bin/python bench/report_bench.py --no-pdf             # populations only
+
+The store holds one day: ``--gpus`` physical GPUs (every 8th split into two MIG slices), ``--claims``
+allocation episodes spread over them (every 50th overlapping its predecessor on the same GPU, so the
+sharing analysis has work), one consumer per claim, N transactions evenly spread over the day, each
+with a lineage row (exact), a few findings and a coverage gap. Transactions and lineage are
+generated in the database with a recursive CTE (fast on both backends); the rest with executemany.
+
+The pack is rendered in a child process so that its peak RSS (``ru_maxrss``) is the renderer's
+alone. Targets (issue 6): 10 M transactions in < 60 s, peak RSS < 1 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import insert, text  # noqa: E402
+
+from collector.store import migrate  # noqa: E402
+from collector.store.db import make_engine, make_session_factory  # noqa: E402
+from collector.store.models import (  # noqa: E402
+    AllocationEpisode,
+    AllocationResult,
+    ClaimConsumer,
+    CoverageInterval,
+    DeviceState,
+    Finding,
+    ObjectVersion,
+)
+from collector.timeutil import dt_to_ns  # noqa: E402
+
+DAY = datetime(2026, 11, 28, tzinfo=timezone.utc)
+DAY_NS = 86_400 * 10**9
+CLUSTER = "bench-1"
+NAMESPACES = [f"tenant-{i}" for i in range(8)]
+
+
+def fill(url: str, n: int, claims: int, gpus: int) -> None:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sessions = make_session_factory(engine)
+    t0 = dt_to_ns(DAY)
+    with sessions.begin() as s:
+        src = s.execute(insert(ObjectVersion).values(
+            cluster=CLUSTER, api_group="resource.k8s.io", api_version="v1", kind="ResourceSlice", namespace=None,
+            name="bench", uid="bench", resource_version="1", event_type="ADDED", observed_at=DAY, raw={},
+            content_hash="0" * 64).returning(ObjectVersion.id)).scalar_one()
+        devices = []
+        for g in range(gpus):
+            node = f"node-{g // 8:04d}"
+            gpu_uuid = f"GPU-{uuid.UUID(int=g + 1)}"
+            if g % 8 == 7:
+                for m in range(2):
+                    devices.append(dict(cluster=CLUSTER, driver="gpu.nvidia.com", pool=node, device=f"gpu-{g % 8}-mig-{m}",
+                                        slice_name=node, pool_generation=1, node_name=node, device_type="mig",
+                                        uuid=f"MIG-{uuid.UUID(int=10**6 + g * 2 + m)}", parent_uuid=gpu_uuid,
+                                        physical_gpu_uuid=gpu_uuid, profile="3g.40gb", product_name="NVIDIA A100-SXM4-80GB",
+                                        driver_version="550.90.07", memory_bytes=40 * 2**30,
+                                        allow_multiple_allocations=False, valid_from_ns=t0 - DAY_NS, valid_to_ns=None,
+                                        source_version_id=src))
+            else:
+                devices.append(dict(cluster=CLUSTER, driver="gpu.nvidia.com", pool=node, device=f"gpu-{g % 8}",
+                                    slice_name=node, pool_generation=1, node_name=node, device_type="gpu", uuid=gpu_uuid,
+                                    parent_uuid=None, physical_gpu_uuid=gpu_uuid, profile=None,
+                                    product_name="NVIDIA H100 80GB HBM3", driver_version="550.90.07",
+                                    memory_bytes=80 * 2**30, allow_multiple_allocations=True,
+                                    valid_from_ns=t0 - DAY_NS, valid_to_ns=None, source_version_id=src))
+        s.execute(insert(DeviceState), devices)
+        per_device = max(claims // len(devices), 1)
+        slot_ns = DAY_NS // per_device
+        episodes, results, consumers = [], [], []
+        for k in range(claims):
+            d = devices[k % len(devices)]
+            slot = k // len(devices)
+            start = t0 + slot * slot_ns
+            end = start + slot_ns + (slot_ns // 2 if k % 50 == 0 else 0)
+            ns = NAMESPACES[k % len(NAMESPACES)]
+            episodes.append(dict(id=k + 1, cluster=CLUSTER, claim_uid=f"claim-{k}", claim_namespace=ns,
+                                 claim_name=f"scorer-{k}-gpu", first_rv=str(k), node_name=d["node_name"],
+                                 valid_from_ns=start, valid_to_ns=end, source_version_id=src))
+            results.append(dict(episode_id=k + 1, request="gpu", driver=d["driver"], pool=d["pool"], device=d["device"],
+                                device_class_name="gpu.nvidia.com", admin_access=False))
+            consumers.append(dict(cluster=CLUSTER, claim_uid=f"claim-{k}", episode_id=k + 1, consumer_resource="pods",
+                                  consumer_name=f"scorer-{k}", consumer_uid=f"pod-{k}", valid_from_ns=start,
+                                  valid_to_ns=end))
+        for table, rows in ((AllocationEpisode, episodes), (AllocationResult, results), (ClaimConsumer, consumers)):
+            for i in range(0, len(rows), 5000):
+                s.execute(insert(table), rows[i:i + 5000])
+        s.execute(insert(CoverageInterval), [
+            dict(cluster=CLUSTER, kind="ResourceClaim", state="synced", started_ns=t0, ended_ns=t0 + DAY_NS // 2),
+            dict(cluster=CLUSTER, kind="ResourceClaim", state="gap", started_ns=t0 + DAY_NS // 2,
+                 ended_ns=t0 + DAY_NS // 2 + 300 * 10**9, reason="410 Gone"),
+            dict(cluster=CLUSTER, kind="ResourceClaim", state="synced", started_ns=t0 + DAY_NS // 2 + 300 * 10**9,
+                 ended_ns=t0 + DAY_NS)])
+        s.execute(insert(Finding), [dict(
+            finding_key=f"{i:064d}", cluster=CLUSTER, rule="isolation.cross_tenant_without_partitioning",
+            severity="high", kind="violation", message="bench", subjects={"claims": [i]}, evidence=None,
+            physical_gpu_uuid=None, from_ns=t0 + i, to_ns=t0 + i + 10**9, period_from_ns=t0, period_to_ns=t0 + DAY_NS,
+            bundle_revision="bench", bundle_digest="b" * 64, engine="regorus", evaluated_at=DAY) for i in range(50)])
+    step = DAY_NS // n
+    series = f"WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1}) "
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO inference_records (id, transaction_id, event_time_ns, event_time_precision_ns, received_ns, "
+            "cluster, pod_namespace, pod_name, container_name, model_name, model_version, decision, source_format, "
+            "envelope, source, position, raw_sha256, dedup_key, conflict) " + series +
+            f"SELECT i + 1, 'txn-' || i, {t0} + i * {step}, 1000000, {t0} + i * {step} + 1000, '{CLUSTER}', "
+            f"'tenant-' || (i % 8), 'scorer-' || (i % {claims}), 'scorer', 'fraud-gbm', '2026.11.3', 'approve', "
+            f"'jsonl', 'plain', 'bench.jsonl', '' || i, '{'a' * 64}', 'k' || i, false FROM seq"))
+        conn.execute(text(
+            "INSERT INTO lineage (record_id, status, reason, candidates, claim_namespace, claim_name, request, driver, "
+            "pool, device, physical_gpu_uuid, device_uuid, node_name, attributed_at) " + series +
+            f"SELECT i + 1, 'exact', NULL, 1, 'tenant-' || (i % 8), 'scorer-' || (i % {claims}) || '-gpu', 'gpu', "
+            f"'gpu.nvidia.com', 'node-0000', 'gpu-0', 'GPU-bench-' || (i % {gpus}), 'GPU-bench-' || (i % {gpus}), "
+            f"'node-0000', :at FROM seq"), {"at": DAY if engine.dialect.name == "postgresql" else DAY.replace(tzinfo=None)})
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT setval(pg_get_serial_sequence('inference_records', 'id'), :n)"), {"n": n})
+            conn.execute(text("ANALYZE"))
+    engine.dispose()
+
+
+def render_child(url: str, out: str, pdf: bool) -> None:
+    from reports.render import PackRequest, render_pack
+
+    engine = make_engine(url)
+    sessions = make_session_factory(engine)
+    started = time.perf_counter()
+    result = render_pack(sessions, PackRequest(DAY, DAY + timedelta(days=1), (CLUSTER,)), Path(out), pdf=pdf,
+                         record=False)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    sizes = {f.path: f.size for f in result.files}
+    print(json.dumps({"seconds": round(seconds, 2), "peak_rss_bytes": peak, "counts": result.counts,
+                      "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000, help="transactions (default 1 M)")
+    ap.add_argument("--claims", type=int, default=10_000, help="claims (default 10 k)")
+    ap.add_argument("--gpus", type=int, default=1_000, help="physical GPUs (default 1000)")
+    ap.add_argument("--long", action="store_true", help="10 M transactions")
+    ap.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--no-pdf", action="store_true", help="skip report.pdf (populations and HTML only)")
+    ap.add_argument("--render-only", nargs=2, metavar=("URL", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.render_only:
+        render_child(args.render_only[0], args.render_only[1], not args.no_pdf)
+        return
+    n = 10_000_000 if args.long else args.n
+    work = Path(tempfile.mkdtemp(prefix="draudit-report-bench-"))
+    admin = None
+    if args.backend == "sqlite":
+        url = f"sqlite:///{work / 'bench.db'}"
+    else:
+        admin_url = os.environ.get("DRAUDIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
+        name = f"draudit_report_bench_{uuid.uuid4().hex[:8]}"
+        admin = make_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = admin.url.set(database=name).render_as_string(hide_password=False)
+    try:
+        started = time.perf_counter()
+        fill(url, n, args.claims, args.gpus)
+        print(f"store: {n} transactions, {args.claims} claims, {args.gpus} GPUs on {args.backend} "
+              f"filled in {time.perf_counter() - started:.1f} s", flush=True)
+        cmd = [sys.executable, __file__, "--render-only", url, str(work / "pack")] + (["--no-pdf"] if args.no_pdf else [])
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        m = json.loads(out)
+        print(f"pack: {m['seconds']:.1f} s, peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
+              f"{m['pack_bytes'] / 2**20:.0f} MiB on disk (PDF {(m['pdf_bytes'] or 0) / 2**10:.0f} KiB)")
+        print(f"rows: {m['counts']}")
+        print(f"targets: 10 M transactions < 60 s, peak RSS < 1 GiB")
+    finally:
+        if admin is not None:
+            with admin.connect() as conn:
+                conn.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' "
+                                  "AND pid <> pg_backend_pid()"))
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            admin.dispose()
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
