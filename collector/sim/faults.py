@@ -19,8 +19,9 @@ action                      effect
 ``status``                  HTTP ``code`` with a Status JSON body (429: plain text body of §8
                             unless ``plain=False``); optional ``retry_after`` seconds header
 ``http_410``                plain HTTP 410 Expired Status on a watch request
-``inject_line``             ``raw`` + ``\\n`` written as one event line before event
-                            ``after_events``+1 (invalid JSON, wrongly typed field…)
+``inject_line``             ``raw`` + ``\\n`` written as one event line once ``after_events`` real
+                            events were written, before the next one (invalid JSON, wrongly
+                            typed field…)
 ``close_immediately``       200, zero events, clean end (``0\\r\\n\\r\\n``)
 ``error_event``             ERROR 410 Expired as the first event, then clean end
 ==========================  =====================================================================

@@ -936,6 +936,11 @@ class _Handler(BaseHTTPRequestHandler):
         while True:
             if reset_at is not None and written >= reset_at:
                 self._abort("rst")
+            if injects and written >= injects[0][0]:  # injected lines go out as soon as due
+                pending = bytearray()
+                while injects and written >= injects[0][0]:
+                    pending += injects.pop(0)[1] + b"\n"
+                self.wfile.write(wire.chunk(bytes(pending)))
             now = time.monotonic()
             if now >= w.deadline:
                 break
