@@ -2,8 +2,9 @@
 # (DORA Art. 8: identify and keep an inventory of ICT assets).
 #
 # Facts (collector/policy/facts.py):
-#   input.allocations[]       every device allocation of the period; device_state_id is null when
-#                             no ResourceSlice ever published the device
+#   input.allocation_groups[] every device allocation of the period, grouped by namespace,
+#                             DeviceClass, adminAccess and known_device (false when no ResourceSlice
+#                             ever published the device); members read with lib.allocation
 #   input.idle_allocations[]  stretches of an allocation with no consumer in reservedFor
 #                             {episode_id, claim, namespace, claim_uid, idle_from_ns, idle_to_ns,
 #                              duration_ns, from_ns, to_ns}
@@ -15,8 +16,10 @@ approved_classes := {c | some c in lib.params.approved_device_classes}
 
 # Rule 5a: allocation from a DeviceClass that is not approved.
 findings contains f if {
-	some a in input.allocations
-	not a.device_class in approved_classes
+	some g in input.allocation_groups
+	not g.device_class in approved_classes
+	some m in g.allocations
+	a := lib.allocation(g, m)
 	f := {
 		"rule": "inventory/unapproved-device-class",
 		"severity": "high",
@@ -34,8 +37,10 @@ findings contains f if {
 
 # Rule 5b: allocation of a device that no ResourceSlice record describes (unknown inventory).
 findings contains f if {
-	some a in input.allocations
-	a.device_state_id == null
+	some g in input.allocation_groups
+	g.known_device == false
+	some m in g.allocations
+	a := lib.allocation(g, m)
 	f := {
 		"rule": "inventory/unknown-device",
 		"severity": "high",

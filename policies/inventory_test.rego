@@ -25,9 +25,16 @@ alloc(extra) := object.union(
 	extra,
 )
 
-facts(allocations, idle) := {"allocations": allocations, "idle_allocations": idle}
+facts(allocations, idle) := {"allocation_groups": groups(allocations), "idle_allocations": idle}
 
 rules(fs) := {f.rule | some f in fs}
+
+# allocation facts as the collector groups them (one group per allocation here)
+groups(allocations) := [{
+	"namespace": a.namespace, "device_class": a.device_class, "admin_access": a.admin_access,
+	"known_device": a.device_state_id != null,
+	"allocations": [[a.id, a.claim, a.driver, a.pool, a.device, a.physical_gpu_uuid, a.from_ns, a.to_ns]],
+} | some a in allocations]
 
 test_an_allocation_from_an_approved_device_class_of_a_known_device_is_fine if {
 	fs := inventory.findings with input as facts([alloc({})], []) with data.draudit.params as params

@@ -4,9 +4,9 @@
 #   input.overlaps[]    two allocations whose intervals overlap on one physical GPU
 #                       {physical_gpu_uuid, same_device, from_ns, to_ns, a, b}
 #   input.handovers[]   a GPU passing from one claim to the next {released_ns, acquired_ns, gap_ns, from, to}
-#   input.allocations[] every device allocation of the period
-# An allocation fact is {claim, namespace, claim_uid, driver, pool, device, device_class, mig,
-# share_id, admin_access, allow_multiple_allocations, physical_gpu_uuid, id, ...}.
+#   input.allocation_groups[]  every device allocation of the period, grouped (see lib.allocation)
+# A side of a pair or handover is {id, claim_uid, namespace, claim, driver, pool, device, mig,
+# share_id, allow_multiple_allocations}.
 package draudit.isolation
 
 import data.draudit.lib
@@ -150,9 +150,11 @@ findings contains f if {
 admin_namespaces := {ns | some ns in lib.params.admin_access_namespaces}
 
 findings contains f if {
-	some a in input.allocations
-	a.admin_access
-	not a.namespace in admin_namespaces
+	some g in input.allocation_groups
+	g.admin_access
+	not g.namespace in admin_namespaces
+	some m in g.allocations
+	a := lib.allocation(g, m)
 	f := {
 		"rule": "isolation/admin-access",
 		"severity": "high",

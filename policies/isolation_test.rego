@@ -29,9 +29,16 @@ alloc(id, namespace, claim, device, extra) := object.union(
 
 overlap(a, b) := {"physical_gpu_uuid": gpu, "same_device": a.device == b.device, "from_ns": 2000, "to_ns": 8000, "a": a, "b": b}
 
-facts(overlaps) := {"overlaps": overlaps, "handovers": [], "allocations": []}
+facts(overlaps) := {"overlaps": overlaps, "handovers": [], "allocation_groups": []}
 
 rules(fs) := {f.rule | some f in fs}
+
+# allocation facts as the collector groups them (one group per allocation here)
+groups(allocations) := [{
+	"namespace": a.namespace, "device_class": a.device_class, "admin_access": a.admin_access,
+	"known_device": a.device_state_id != null,
+	"allocations": [[a.id, a.claim, a.driver, a.pool, a.device, a.physical_gpu_uuid, a.from_ns, a.to_ns]],
+} | some a in allocations]
 
 test_two_tenants_holding_shares_of_one_device_is_a_high_violation if {
 	a := alloc(1, "risk-inference", "fraud-0-gpu", "gpu-0", {"share_id": "3f1c", "allow_multiple_allocations": true})
@@ -128,7 +135,7 @@ handover(gap_s, from_ns, to_ns) := {
 }
 
 test_a_gpu_handed_to_another_tenant_faster_than_the_gap_is_a_medium_warning if {
-	fs := isolation.findings with input as {"overlaps": [], "allocations": [], "handovers": [handover(12, "risk-inference", "marketing")]}
+	fs := isolation.findings with input as {"overlaps": [], "allocation_groups": [], "handovers": [handover(12, "risk-inference", "marketing")]}
 		with data.draudit.params as params
 	rules(fs) == {"isolation/tenant-handover-gap"}
 	some f in fs
@@ -139,20 +146,20 @@ test_a_gpu_handed_to_another_tenant_faster_than_the_gap_is_a_medium_warning if {
 }
 
 test_a_gpu_handed_to_another_tenant_after_the_gap_is_fine if {
-	fs := isolation.findings with input as {"overlaps": [], "allocations": [], "handovers": [handover(300, "risk-inference", "marketing")]}
+	fs := isolation.findings with input as {"overlaps": [], "allocation_groups": [], "handovers": [handover(300, "risk-inference", "marketing")]}
 		with data.draudit.params as params
 	count(fs) == 0
 }
 
 test_a_fast_handover_within_one_tenant_is_fine if {
-	fs := isolation.findings with input as {"overlaps": [], "allocations": [], "handovers": [handover(0, "risk-inference", "risk-batch")]}
+	fs := isolation.findings with input as {"overlaps": [], "allocation_groups": [], "handovers": [handover(0, "risk-inference", "risk-batch")]}
 		with data.draudit.params as params
 	count(fs) == 0
 }
 
 test_admin_access_outside_the_allowed_namespaces_is_a_high_violation if {
 	a := alloc(3, "risk-inference", "debug-gpu", "gpu-0", {"admin_access": true})
-	fs := isolation.findings with input as {"overlaps": [], "handovers": [], "allocations": [a]} with data.draudit.params as params
+	fs := isolation.findings with input as {"overlaps": [], "handovers": [], "allocation_groups": groups([a])} with data.draudit.params as params
 	rules(fs) == {"isolation/admin-access"}
 	some f in fs
 	f.severity == "high"
@@ -161,6 +168,6 @@ test_admin_access_outside_the_allowed_namespaces_is_a_high_violation if {
 
 test_admin_access_from_the_monitoring_namespace_is_allowed if {
 	a := alloc(3, "gpu-monitoring", "dcgm-gpu", "gpu-0", {"admin_access": true})
-	fs := isolation.findings with input as {"overlaps": [], "handovers": [], "allocations": [a]} with data.draudit.params as params
+	fs := isolation.findings with input as {"overlaps": [], "handovers": [], "allocation_groups": groups([a])} with data.draudit.params as params
 	count(fs) == 0
 }

@@ -26,3 +26,13 @@ device_ref(a) := sprintf("%s/%s/%s", [a.driver, a.pool, a.device])
 
 # Whole milliseconds of a duration in nanoseconds (for messages).
 ms(duration_ns) := floor(duration_ns / 1000000)
+
+# One member of input.allocation_groups[_].allocations as an object. Facts group allocations by
+# what the per-allocation rules decide on (namespace, DeviceClass, adminAccess, known device);
+# each member is [id, claim, driver, pool, device, physical_gpu_uuid, from_ns, to_ns].
+allocation(g, m) := {
+	"id": m[0], "claim": m[1], "driver": m[2], "pool": m[3], "device": m[4],
+	"physical_gpu_uuid": m[5], "from_ns": m[6], "to_ns": m[7],
+	"namespace": g.namespace, "device_class": g.device_class,
+	"admin_access": g.admin_access, "known_device": g.known_device,
+}

@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from collector.cli import cli
 from collector.policy.bundle import load_bundle
 from collector.policy.engines import RegorusEngine
-from collector.policy.facts import build_facts
+from collector.policy.facts import build_facts, iter_allocations
 from collector.policy.findings import evaluate_period
 from collector.store import ledger
 from collector.store.models import Finding
@@ -77,9 +77,13 @@ def test_facts_hand_over_gpus_between_namespaces_with_the_gap(sessions, planted)
 
 def test_facts_know_devices_idle_stretches_gaps_and_attribution(sessions, planted):
     facts = _facts(sessions)
-    by_claim = {a["claim"]: a for a in facts["allocations"]}
+    by_claim = {a["claim"]: a for a in iter_allocations(facts)}
     assert len(by_claim) == 16
-    assert by_claim["ghost-gpu"]["device_state_id"] is None and by_claim["ghost-gpu"]["physical_gpu_uuid"] is None
+    assert not by_claim["ghost-gpu"]["known_device"] and by_claim["ghost-gpu"]["physical_gpu_uuid"] is None
+    assert by_claim["debug-admin-gpu"]["admin_access"] and by_claim["fraud-0-gpu"]["known_device"]
+    # grouped by what the per-allocation rules decide on: namespace, class, adminAccess, known device
+    keys = [(g["namespace"], g["device_class"], g["admin_access"], g["known_device"]) for g in facts["allocation_groups"]]
+    assert len(keys) == len(set(keys)) == 8
     assert by_claim["fraud-mig"]["physical_gpu_uuid"] == gpu_uuid("B0")
     assert by_claim["passthrough-gpu"]["device_class"] == "vfio.gpu.nvidia.com"
     assert [(i["claim"], i["duration_ns"]) for i in facts["idle_allocations"]] == [("idle-gpu", (3 * H - 600) * NS_PER_S)]
@@ -161,8 +165,8 @@ def test_a_gap_still_open_counts_until_now_and_only_inside_the_period(sessions, 
 
 def test_allocations_outside_the_period_or_cluster_are_not_evaluated(sessions, planted, bundle, regorus_engine):
     night = (at(12 * H), at(24 * H))
-    assert _facts(sessions, night)["allocations"] == []
-    assert _facts(sessions, DAY, cluster="prod-us-2")["allocations"] == []
+    assert _facts(sessions, night)["allocation_groups"] == []
+    assert _facts(sessions, DAY, cluster="prod-us-2")["allocation_groups"] == []
     # the 3 h idle claim seen through a window that starts at 2 h: clipped to the period
     window = _facts(sessions, (at(2 * H), at(24 * H)))
     idle = window["idle_allocations"][0]
@@ -182,3 +186,27 @@ def test_cli_eval_prints_findings_as_one_json_array(database_url, sessions, plan
     assert set(sharing) >= {"rule", "severity", "kind", "subjects", "physical_gpu_uuid", "from", "to"}
     again = CliRunner().invoke(cli, args[:-2])
     assert again.exit_code == 0 and f"{len(findings)} findings (0 new)" in again.output
+
+
+def test_a_handover_names_the_allocation_that_released_the_gpu_last(sessions):
+    with sessions.begin() as s:
+        h = History(s)
+        # GPU P0: a long job outlives a short one that started after it; the next tenant follows the long job.
+        h.device("node-p", "gpu-0", gpu_uuid("P0"))
+        h.allocation("team-a", "long-job", "node-p", "gpu-0", 0, 10 * 60)
+        h.allocation("team-b", "short-job", "node-p", "gpu-0", 2 * 60, 5 * 60)
+        h.allocation("team-c", "next-job", "node-p", "gpu-0", 10 * 60 + 5, 20 * 60)
+        # GPU Q0: a full-GPU allocation, then MIG partitions of it for two other tenants, one after the other.
+        q0 = gpu_uuid("Q0")
+        h.device("node-q", "gpu-0", q0)
+        h.device("node-q", "gpu-0-mig-3g40gb-9-0", gpu_uuid("Q0-mig-0"), parent=q0, profile="3g.40gb")
+        h.device("node-q", "gpu-0-mig-3g40gb-9-4", gpu_uuid("Q0-mig-4"), parent=q0, profile="3g.40gb")
+        h.allocation("team-a", "full-job", "node-q", "gpu-0", 0, 60, device_class="gpu.nvidia.com")
+        h.allocation("team-b", "slice-0-job", "node-q", "gpu-0-mig-3g40gb-9-0", 70, 600, device_class="mig.nvidia.com")
+        h.allocation("team-c", "slice-4-job", "node-q", "gpu-0-mig-3g40gb-9-4", 605, 900, device_class="mig.nvidia.com")
+    facts = _facts(sessions, (at(0), at(H)))
+    gaps = {(x["from"]["claim"], x["to"]["claim"]): x["gap_ns"] // NS_PER_S for x in facts["handovers"]}
+    # slice-4 follows full-job (its parent GPU), not slice-0 (another partition's memory)
+    assert gaps == {("long-job", "next-job"): 5, ("full-job", "slice-0-job"): 10, ("full-job", "slice-4-job"): 545}
+    pairs = {(o["a"]["claim"], o["b"]["claim"]) for o in facts["overlaps"]}
+    assert pairs == {("long-job", "short-job")}

@@ -14,16 +14,19 @@ The document (``build_facts(...)``)::
 
     {
       "period": {"from_ns": int, "to_ns": int, "cluster": str | null},
-      "allocations": [Allocation],          # device results of allocations overlapping the period
+      "allocation_groups": [                # device results of allocations overlapping the period,
+        {"namespace", "device_class": str | null,   # grouped by what the per-allocation rules
+         "admin_access": bool, "known_device": bool, # decide on
+         "allocations": [Member]}],
       "overlaps": [                         # two allocations at once on one physical GPU
         {"physical_gpu_uuid": str | null, "same_device": bool, "from_ns": int, "to_ns": int,
-         "a": Allocation, "b": Allocation}],  # a started first; never the same claim allocation
+         "a": Side, "b": Side}],            # a started first; never the same claim allocation
       "handovers": [                        # a GPU passing to another namespace's claim
         {"physical_gpu_uuid": str | null, "released_ns": int, "acquired_ns": int, "gap_ns": int,
-         "from": Allocation, "to": Allocation}],
+         "from": Side, "to": Side}],
       "idle_allocations": [                 # stretches of an allocation with no consumer
         {"episode_id", "cluster", "claim_uid", "namespace", "claim", "idle_from_ns",
-         "idle_to_ns", "duration_ns", "from_ns", "to_ns"}],
+         "idle_to_ns": int | null (still open), "duration_ns", "from_ns", "to_ns"}],
       "coverage_gaps": [                    # watcher gaps: closed (coverage_intervals) or open (watch_state)
         {"id": int | null, "cluster", "kind", "started_ns", "ended_ns": int | null, "open": bool,
          "duration_ns", "from_ns", "to_ns", "reason"}],
@@ -32,12 +35,15 @@ The document (``build_facts(...)``)::
                                                 "reason", "pod_namespace", "pod_name"}]}
     }
 
-    Allocation = {"id": allocation_results.id, "episode_id", "cluster", "claim_uid", "namespace",
-                  "claim", "request", "driver", "pool", "device", "device_class",
-                  "admin_access": bool, "share_id": str | null,
-                  "device_state_id": int | null (no ResourceSlice record → null),
-                  "physical_gpu_uuid": str | null, "mig": bool,
-                  "allow_multiple_allocations": bool, "from_ns", "to_ns"}
+    Member = [id (allocation_results.id), claim, driver, pool, device,
+              physical_gpu_uuid | null, from_ns, to_ns]   (known_device false: no ResourceSlice record)
+    Side = {"id", "claim_uid", "namespace", "claim", "driver", "pool", "device", "mig": bool,
+            "share_id": str | null, "allow_multiple_allocations": bool}
+
+Allocations are the large part of the document (one per device result), so they come grouped by
+the attributes the per-allocation rules decide on, each member a short array; the rules decide
+once per group and expand members only for groups that break a rule. Pairs and handovers carry
+their own small sides. ``iter_allocations(facts)`` gives the members back as objects.
 
 Rules of the facts (sources: dra-api.md §2.3, §5.2, §6.3, §6.5):
 - The device of a result is the ``device_states`` row of (cluster, driver, pool, device) valid
@@ -45,12 +51,13 @@ Rules of the facts (sources: dra-api.md §2.3, §5.2, §6.3, §6.5):
   GPU is ``physical_gpu_uuid`` (a MIG device's ``parent_uuid``); without a record the device
   key ``cluster/driver/pool/device`` stands in, so same-device overlaps are still found.
 - ``adminAccess`` results are monitoring access, not "served by": they take no part in overlaps
-  or handovers (the adminAccess rule sees them in ``allocations``).
+  or handovers (the adminAccess rule sees them in ``allocation_groups``).
 - Results of one claim allocation (episode) never pair with each other: pods sharing one claim
   (time-slicing, MPS) are one allocation inside one namespace.
-- A handover's predecessor is the allocation on the same GPU that ended last before the next
-  one started, on the same device or where either side is a full GPU (two MIG partitions of
-  one GPU are separate memory); it is looked for up to ``handover_lookback_ns`` before the period.
+- A handover's predecessor is the allocation that released the GPU last before the next one
+  started: for a full GPU any earlier allocation on the physical GPU, for a MIG partition its own
+  earlier allocations and full-GPU allocations of its parent (two MIG partitions of one GPU are
+  separate memory). It is looked for up to ``handover_lookback_ns`` before the period.
 """
 
 from __future__ import annotations
@@ -94,6 +101,18 @@ CREATE TEMPORARY TABLE {_TEMP} (
 )
 """
 
+_CREATE_EPISODES = f"""
+CREATE TEMPORARY TABLE {_TEMP}_episodes (
+    episode_id BIGINT PRIMARY KEY,
+    cluster VARCHAR(253) NOT NULL,
+    claim_uid VARCHAR(64) NOT NULL,
+    namespace VARCHAR(253) NOT NULL,
+    claim_name VARCHAR(253) NOT NULL,
+    from_ns BIGINT NOT NULL,
+    to_ns BIGINT NOT NULL
+)
+"""
+
 # One row per allocation result of an allocation episode overlapping [lookback_from, to), with
 # the device record resolved by a correlated lookup on ix_device_states_key.
 _FILL = f"""
@@ -131,54 +150,89 @@ LEFT JOIN device_states ds ON ds.id = b.device_state_id
 """
 
 _SELECT_INTERVALS = f"""
-SELECT id, episode_id, cluster, claim_uid, namespace, claim_name, request, driver, pool, device,
-       device_class, admin_access, share_id, device_state_id, physical_gpu_uuid, is_mig,
-       allow_multiple, from_ns, to_ns, in_period
-  FROM {_TEMP} ORDER BY id
+SELECT id, episode_id, cluster, claim_uid, namespace, claim_name, driver, pool, device, device_class,
+       admin_access, share_id, device_state_id, physical_gpu_uuid, is_mig, allow_multiple, from_ns, to_ns, in_period
+  FROM {_TEMP}
 """
 
-# Each unordered pair once: b starts at or after a (ties broken by id), and before a ends.
+# Each unordered pair once. Only an allocation that starts while an earlier one on its GPU still
+# runs (running maximum of earlier ends, in start order) can be the later side of a pair, so the
+# range join runs for those few candidates only (CROSS JOIN fixes the join order in SQLite).
 _OVERLAPS = f"""
+WITH ordered AS (
+    SELECT id, gpu_key, from_ns,
+           MAX(to_ns) OVER (PARTITION BY gpu_key ORDER BY from_ns, id
+                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+      FROM {_TEMP} WHERE admin_access = 0
+), later AS (
+    SELECT t.* FROM ordered o JOIN {_TEMP} t ON t.id = o.id WHERE o.prev_end > o.from_ns
+)
 SELECT a.id, b.id, b.from_ns, CASE WHEN a.to_ns < b.to_ns THEN a.to_ns ELSE b.to_ns END,
        CASE WHEN a.device_key = b.device_key THEN 1 ELSE 0 END
-  FROM {_TEMP} a
-  JOIN {_TEMP} b
-    ON b.gpu_key = a.gpu_key AND b.from_ns >= a.from_ns AND b.from_ns < a.to_ns
-   AND (b.from_ns > a.from_ns OR b.id > a.id)
- WHERE a.admin_access = 0 AND b.admin_access = 0
-   AND a.episode_id <> b.episode_id
+  FROM later b CROSS JOIN {_TEMP} a
+ WHERE a.gpu_key = b.gpu_key AND a.from_ns <= b.from_ns AND a.to_ns > b.from_ns
+   AND (a.from_ns < b.from_ns OR a.id < b.id)
+   AND a.admin_access = 0 AND a.episode_id <> b.episode_id
    AND (a.device_key = b.device_key OR a.namespace <> b.namespace)
    AND b.from_ns < :period_to AND a.to_ns > :period_from AND b.to_ns > :period_from
  ORDER BY a.id, b.id
 """
 
+# The predecessor of an allocation is the one that ended last before it started. Full GPUs are
+# sequenced per physical GPU (every allocation on it, MIG partitions included, can precede); a
+# MIG partition is sequenced with its own earlier allocations and the full-GPU allocations of its
+# parent. A running maximum of ends finds the release time; usually the previous row is the
+# releaser (LAG), otherwise an index lookup by end time names it.
 _HANDOVERS = f"""
-SELECT h.from_id, h.to_id, p.to_ns, n.from_ns
-  FROM (SELECT n.id AS to_id,
-               (SELECT p.id FROM {_TEMP} p
-                 WHERE p.gpu_key = n.gpu_key AND p.to_ns <= n.from_ns AND p.admin_access = 0
-                   AND p.episode_id <> n.episode_id
-                   AND (p.device_key = n.device_key OR p.is_mig = 0 OR n.is_mig = 0)
-                 ORDER BY p.to_ns DESC, p.id DESC
-                 LIMIT 1) AS from_id
-          FROM {_TEMP} n
-         WHERE n.admin_access = 0 AND n.from_ns >= :period_from AND n.from_ns < :period_to) h
+WITH lanes AS (
+    SELECT t.gpu_key AS lane, t.id, t.from_ns, t.to_ns, t.namespace, t.is_mig, 1 AS gpu_lane
+      FROM {_TEMP} t WHERE t.admin_access = 0
+    UNION ALL
+    SELECT t.device_key, t.id, t.from_ns, t.to_ns, t.namespace, t.is_mig, 0
+      FROM {_TEMP} t WHERE t.admin_access = 0 AND t.is_mig = 1
+    UNION ALL
+    SELECT m.device_key, t.id, t.from_ns, t.to_ns, t.namespace, t.is_mig, 0
+      FROM (SELECT DISTINCT gpu_key, device_key FROM {_TEMP} WHERE is_mig = 1 AND admin_access = 0) m
+      JOIN {_TEMP} t ON t.gpu_key = m.gpu_key AND t.is_mig = 0 AND t.admin_access = 0
+), seq AS (
+    SELECT lane, id, from_ns, namespace, is_mig, gpu_lane,
+           MAX(to_ns) OVER w AS released,
+           LAG(id) OVER (PARTITION BY lane ORDER BY from_ns, id) AS lag_id,
+           LAG(to_ns) OVER (PARTITION BY lane ORDER BY from_ns, id) AS lag_to,
+           LAG(namespace) OVER (PARTITION BY lane ORDER BY from_ns, id) AS lag_ns
+      FROM lanes
+    WINDOW w AS (PARTITION BY lane ORDER BY from_ns, id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+), handed AS (
+    SELECT s.id AS to_id, s.released, s.from_ns,
+           CASE WHEN s.lag_to = s.released THEN s.lag_id ELSE
+             (SELECT p.id FROM lanes p WHERE p.lane = s.lane AND p.to_ns = s.released ORDER BY p.id DESC LIMIT 1)
+           END AS from_id
+      FROM seq s
+     WHERE s.released <= s.from_ns AND s.from_ns >= :period_from AND s.from_ns < :period_to
+       AND s.gpu_lane = CASE WHEN s.is_mig = 1 THEN 0 ELSE 1 END
+       AND (s.lag_to <> s.released OR s.lag_ns <> s.namespace)
+)
+SELECT h.from_id, h.to_id, h.released, h.from_ns
+  FROM handed h
   JOIN {_TEMP} p ON p.id = h.from_id
   JOIN {_TEMP} n ON n.id = h.to_id
  WHERE p.namespace <> n.namespace
  ORDER BY h.to_id
 """
 
+_EPISODES = f"""
+INSERT INTO {_TEMP}_episodes
+SELECT episode_id, MIN(cluster), MIN(claim_uid), MIN(namespace), MIN(claim_name), MIN(from_ns), MAX(to_ns)
+  FROM {_TEMP} WHERE in_period = 1 GROUP BY episode_id
+"""
+
 # Stretches of an allocation episode not covered by any reservedFor consumer: before the first
 # consumer (or the whole episode when there is none), after the last, and between consumers
 # (a running maximum of earlier consumers' ends finds holes even when consumers overlap).
 _IDLE = f"""
-WITH eps AS (
-    SELECT DISTINCT episode_id, cluster, claim_uid, namespace, claim_name, from_ns, to_ns
-      FROM {_TEMP} WHERE in_period = 1
-), cons AS (
+WITH cons AS (
     SELECT c.episode_id, c.valid_from_ns AS f, COALESCE(c.valid_to_ns, :open_end) AS t
-      FROM claim_consumers c JOIN eps ON eps.episode_id = c.episode_id
+      FROM {_TEMP}_episodes e JOIN claim_consumers c ON c.episode_id = e.episode_id
 ), ordered AS (
     SELECT episode_id, f,
            MAX(t) OVER (PARTITION BY episode_id ORDER BY f, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
@@ -187,14 +241,14 @@ WITH eps AS (
     SELECT episode_id, MIN(f) AS first_f, MAX(t) AS last_t FROM cons GROUP BY episode_id
 ), stretches AS (
     SELECT e.episode_id, e.from_ns AS s, COALESCE(b.first_f, e.to_ns) AS en
-      FROM eps e LEFT JOIN bounds b ON b.episode_id = e.episode_id
+      FROM {_TEMP}_episodes e LEFT JOIN bounds b ON b.episode_id = e.episode_id
     UNION ALL
-    SELECT e.episode_id, b.last_t, e.to_ns FROM eps e JOIN bounds b ON b.episode_id = e.episode_id
+    SELECT e.episode_id, b.last_t, e.to_ns FROM {_TEMP}_episodes e JOIN bounds b ON b.episode_id = e.episode_id
     UNION ALL
     SELECT episode_id, prev_end, f FROM ordered WHERE prev_end IS NOT NULL
 )
 SELECT s.episode_id, e.cluster, e.claim_uid, e.namespace, e.claim_name, s.s, s.en
-  FROM stretches s JOIN eps e ON e.episode_id = s.episode_id
+  FROM stretches s JOIN {_TEMP}_episodes e ON e.episode_id = s.episode_id
  WHERE s.en > s.s AND s.s < :period_to AND s.en > :period_from
  ORDER BY s.episode_id, s.s
 """
@@ -245,38 +299,56 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
     params = {"period_from": period_from_ns, "period_to": period_to_ns, "open_end": OPEN_END_NS,
               "lookback_from": period_from_ns - handover_lookback_ns, "cluster": cluster}
     conn = session.connection()
-    conn.execute(text(f"DROP TABLE IF EXISTS {_TEMP}"))
+    _drop(conn)
     conn.execute(text(_CREATE))
+    conn.execute(text(_CREATE_EPISODES))
     try:
         conn.execute(text(_FILL.format(cluster_filter="AND e.cluster = :cluster" if cluster else "")), params)
         conn.execute(text(f"CREATE INDEX ix_{_TEMP}_gpu_from ON {_TEMP} (gpu_key, from_ns)"))
         conn.execute(text(f"CREATE INDEX ix_{_TEMP}_gpu_to ON {_TEMP} (gpu_key, to_ns)"))
+        conn.execute(text(_EPISODES))
         clip = _Clipper(period_from_ns, period_to_ns)
-        by_id: dict[int, dict[str, Any]] = {}
-        allocations = []
+        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+        rows: dict[int, tuple[Any, ...]] = {}
         for row in conn.execute(text(_SELECT_INTERVALS)):
-            fact = _allocation(row, clip)
-            by_id[fact["id"]] = fact
-            if row.in_period:
-                allocations.append(fact)
+            (rid, _episode, _cluster, _uid, namespace, claim, driver, pool, device, device_class, admin, _share,
+             state_id, gpu, _mig, _multiple, start, end, in_period) = row
+            rows[rid] = tuple(row)
+            if in_period:
+                key = (namespace, device_class, bool(admin), state_id is not None)
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = {"namespace": namespace, "device_class": device_class, "admin_access": key[2],
+                                           "known_device": key[3], "allocations": []}
+                group["allocations"].append([rid, claim, driver, pool, device, gpu, clip.start(start), clip.end(end)])
+        allocation_groups = [groups[k] for k in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k))]
+        for group in allocation_groups:
+            group["allocations"].sort()
+        sides: dict[int, dict[str, Any]] = {}
+
+        def side(allocation_id: int) -> dict[str, Any]:
+            if allocation_id not in sides:
+                sides[allocation_id] = _side(rows[allocation_id])
+            return sides[allocation_id]
+
         overlaps = [
-            {"physical_gpu_uuid": by_id[a]["physical_gpu_uuid"] or by_id[b]["physical_gpu_uuid"],
+            {"physical_gpu_uuid": rows[a][_GPU] or rows[b][_GPU],
              "same_device": bool(same), "from_ns": clip.start(start), "to_ns": clip.end(end),
-             "a": by_id[a], "b": by_id[b]}
+             "a": side(a), "b": side(b)}
             for a, b, start, end, same in conn.execute(text(_OVERLAPS), params)
         ]
         handovers = [
-            {"physical_gpu_uuid": by_id[n]["physical_gpu_uuid"] or by_id[p]["physical_gpu_uuid"],
+            {"physical_gpu_uuid": rows[n][_GPU] or rows[p][_GPU],
              "released_ns": released, "acquired_ns": acquired, "gap_ns": acquired - released,
-             "from": by_id[p], "to": by_id[n]}
+             "from": side(p), "to": side(n)}
             for p, n, released, acquired in conn.execute(text(_HANDOVERS), params)
         ]
         idle = _idle_allocations(conn, params, clip, now)
     finally:
-        conn.execute(text(f"DROP TABLE IF EXISTS {_TEMP}"))
+        _drop(conn)
     return {
         "period": {"from_ns": period_from_ns, "to_ns": period_to_ns, "cluster": cluster},
-        "allocations": allocations,
+        "allocation_groups": allocation_groups,
         "overlaps": overlaps,
         "handovers": handovers,
         "idle_allocations": idle,
@@ -298,18 +370,28 @@ class _Clipper:
         return max(min(value, self.hi), self.lo)
 
 
-def _allocation(row: Any, clip: _Clipper) -> dict[str, Any]:
-    in_period = bool(row.in_period)
-    return {
-        "id": row.id, "episode_id": row.episode_id, "cluster": row.cluster, "claim_uid": row.claim_uid,
-        "namespace": row.namespace, "claim": row.claim_name, "request": row.request, "driver": row.driver,
-        "pool": row.pool, "device": row.device, "device_class": row.device_class,
-        "admin_access": bool(row.admin_access), "share_id": row.share_id, "device_state_id": row.device_state_id,
-        "physical_gpu_uuid": row.physical_gpu_uuid, "mig": bool(row.is_mig),
-        "allow_multiple_allocations": bool(row.allow_multiple),
-        "from_ns": clip.start(row.from_ns) if in_period else row.from_ns,
-        "to_ns": clip.end(row.to_ns) if in_period else row.to_ns,
-    }
+def _drop(conn: Any) -> None:
+    conn.execute(text(f"DROP TABLE IF EXISTS {_TEMP}_episodes"))
+    conn.execute(text(f"DROP TABLE IF EXISTS {_TEMP}"))
+
+
+_GPU = 13  # index of physical_gpu_uuid in a _SELECT_INTERVALS row
+
+
+def _side(row: tuple[Any, ...]) -> dict[str, Any]:
+    rid, _episode, _cluster, uid, namespace, claim, driver, pool, device, _class, _admin, share, _state, _gpu, mig, multiple = row[:16]
+    return {"id": rid, "claim_uid": uid, "namespace": namespace, "claim": claim, "driver": driver, "pool": pool,
+            "device": device, "mig": bool(mig), "share_id": share, "allow_multiple_allocations": bool(multiple)}
+
+
+def iter_allocations(facts: dict[str, Any]):
+    """Every allocation of ``facts["allocation_groups"]`` as an object (group fields + member fields)."""
+    for g in facts["allocation_groups"]:
+        for rid, claim, driver, pool, device, gpu, start, end in g["allocations"]:
+            yield {"id": rid, "namespace": g["namespace"], "device_class": g["device_class"],
+                   "admin_access": g["admin_access"], "known_device": g["known_device"], "claim": claim,
+                   "driver": driver, "pool": pool, "device": device, "physical_gpu_uuid": gpu,
+                   "from_ns": start, "to_ns": end}
 
 
 def _idle_allocations(conn: Any, params: dict[str, Any], clip: _Clipper, now_ns: int) -> list[dict[str, Any]]:

@@ -135,7 +135,7 @@ def evaluate_period(sessions: sessionmaker[Session], bundle: Bundle, engine: Pol
         rows = to_rows(results, bundle, engine.name, cluster, period_from_ns, period_to_ns, evaluated_at)
         stored, inserted = store_findings(session, rows)
         stored_done = time.perf_counter()
-    counts = {"allocations": len(facts["allocations"]), "overlaps": len(facts["overlaps"]),
+    counts = {"allocations": sum(len(g["allocations"]) for g in facts["allocation_groups"]), "overlaps": len(facts["overlaps"]),
               "handovers": len(facts["handovers"]), "idle_allocations": len(facts["idle_allocations"]),
               "coverage_gaps": len(facts["coverage_gaps"]), "records": facts["attribution"]["records"]}
     stored.sort(key=lambda r: (r["from_ns"] if r["from_ns"] is not None else -1, r["rule"], r["finding_key"]))
