@@ -547,6 +547,9 @@ def test_applying_versions_again_is_a_no_op(sessions):
             projections.apply_versions(s, [row])
     with sessions.begin() as s:
         projections.apply_versions(s, [rows[4], rows[4]])  # a duplicate inside one batch
+    with sessions.begin() as s:  # the same history as ORM objects and as SQLAlchemy rows
+        projections.apply_versions(s, s.execute(select(ObjectVersion)).scalars().all())
+        projections.apply_versions(s, s.execute(select(ObjectVersion.__table__)).all())
     with sessions() as s:
         assert snapshot(s) == before
         assert {m: sorted(s.execute(select(m.id)).scalars()) for m in projections.PROJECTION_MODELS} == ids_before

@@ -9,7 +9,9 @@ input is never modified and fields we do not know are kept. What changes (dra-ap
 - ResourceSlice, v1beta1: ``devices[].basic{...}`` is hoisted onto the device.
 - v1beta1 and v1beta2 of 1.32/1.33 emit ``"adminAccess": null`` in allocation results (and
   requests); v1 omits it, so the nulls are dropped.
-- DeviceClass, Pod and anything else: unchanged (a deep copy).
+- DeviceClass, Pod and anything else: unchanged (a shallow copy).
+
+The input is never modified; the result shares the subtrees that need no change with it.
 
 Also the attribute helpers every consumer of slices needs: ``attribute_value`` (the typed union
 ``{string|int|bool|version: v}``), qualified-name lookup where short keys belong to the driver's
@@ -18,7 +20,6 @@ domain (§4.1, rule 11), and ``quantity_to_int`` (Kubernetes ``resource.Quantity
 
 from __future__ import annotations
 
-import copy
 import math
 import re
 from fractions import Fraction
@@ -52,13 +53,16 @@ def normalize(kind: str, api_version: str | None, obj: Mapping[str, Any]) -> dic
             ``Pod``...; other kinds are copied unchanged.
         api_version: the version served, with or without the group (``v1beta1``,
             ``resource.k8s.io/v1beta2``); falls back to ``obj["apiVersion"]`` when empty.
-        obj: the raw object as decoded from JSON.
+        obj: the raw object as decoded from JSON. It is never modified.
 
     Returns:
-        A deep copy in the v1 shape; for ResourceClaim, ResourceClaimTemplate and ResourceSlice
-        ``apiVersion`` (when present) becomes ``resource.k8s.io/v1``. DeviceClass (identical in
-        all three versions), Pod and other kinds are returned as an unchanged copy. Unknown fields
-        are kept.
+        A new top-level dict in the v1 shape; for ResourceClaim, ResourceClaimTemplate and
+        ResourceSlice ``apiVersion`` (when present) becomes ``resource.k8s.io/v1``. Every dict and
+        list on a path that changes is new; subtrees that need no change (metadata, selectors,
+        attribute maps...) are shared with ``obj`` rather than copied, which keeps this cheap on a
+        busy watch stream — ``copy.deepcopy`` the result before mutating it in place. DeviceClass
+        (identical in all three versions), Pod and other kinds come back as a shallow copy.
+        Unknown fields are kept.
 
     Raises:
         TypeError: ``obj`` is not a JSON object.
@@ -67,43 +71,54 @@ def normalize(kind: str, api_version: str | None, obj: Mapping[str, Any]) -> dic
     """
     if not isinstance(obj, Mapping):
         raise TypeError(f"{kind} object must be a JSON object, got {type(obj).__name__}")
-    out = copy.deepcopy(dict(obj))
+    out = dict(obj)
     if kind not in _CONVERTED_KINDS:
         return out
     version = served_version(api_version) or served_version(out.get("apiVersion"))
     beta1 = version == "v1beta1"
     if kind == "ResourceClaim":
-        _normalise_claim_spec(out.get("spec"), beta1)
-        _normalise_claim_status(out.get("status"))
+        _edit(out, ("spec",), lambda spec: _normalise_claim_spec(spec, beta1))
+        _edit(out, ("status", "allocation", "devices"), _normalise_results)
     elif kind == "ResourceClaimTemplate":
-        spec = out.get("spec")
-        if isinstance(spec, dict):
-            _normalise_claim_spec(spec.get("spec"), beta1)
+        _edit(out, ("spec", "spec"), lambda spec: _normalise_claim_spec(spec, beta1))
     elif beta1:  # ResourceSlice
-        _hoist_basic(out.get("spec"))
+        _edit(out, ("spec",), _hoist_basic)
     if "apiVersion" in out:
         out["apiVersion"] = f"{GROUP}/{V1}"
     return out
 
 
-def _normalise_claim_spec(spec: Any, beta1: bool) -> None:
-    devices = spec.get("devices") if isinstance(spec, dict) else None
+def _edit(root: dict[str, Any], path: tuple[str, ...], change) -> None:
+    """Copy the dicts along ``path`` below ``root`` and let ``change`` edit the (copied) last one."""
+    node = root
+    for key in path:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            return
+        node[key] = node = dict(child)
+    change(node)
+
+
+def _normalise_claim_spec(spec: dict[str, Any], beta1: bool) -> None:
+    devices = spec.get("devices")
     requests = devices.get("requests") if isinstance(devices, dict) else None
     if not isinstance(requests, list):
         return
-    for i, request in enumerate(requests):
-        if not isinstance(request, dict):
-            continue
-        if beta1:
-            request = requests[i] = _request_to_v1(request)
-        if isinstance(request.get("exactly"), dict):
-            _drop_nulls(request["exactly"], ("adminAccess",))
+    new_requests = []
+    for request in requests:
+        if isinstance(request, dict):
+            request = _request_to_v1(request) if beta1 else dict(request)
+            exactly = request.get("exactly")
+            if isinstance(exactly, dict) and "adminAccess" in exactly and exactly["adminAccess"] is None:
+                request["exactly"] = {k: v for k, v in exactly.items() if k != "adminAccess"}
+        new_requests.append(request)
+    spec["devices"] = {**devices, "requests": new_requests}
 
 
 def _request_to_v1(request: dict[str, Any]) -> dict[str, Any]:
-    """One v1beta1 DeviceRequest → the v1 shape (``exactly`` or ``firstAvailable``)."""
+    """One v1beta1 DeviceRequest → the v1 shape (``exactly`` or ``firstAvailable``), as a new dict."""
     if "exactly" in request:  # already v1-shaped (converted twice, or hand-written)
-        return request
+        return dict(request)
     out: dict[str, Any] = {k: v for k, v in request.items() if k not in _EXACT_FIELDS}
     if request.get("firstAvailable"):
         # v1beta1 always serialises deviceClassName (no omitempty); with firstAvailable it is "".
@@ -114,33 +129,28 @@ def _request_to_v1(request: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _normalise_claim_status(status: Any) -> None:
-    allocation = status.get("allocation") if isinstance(status, dict) else None
-    devices = allocation.get("devices") if isinstance(allocation, dict) else None
-    results = devices.get("results") if isinstance(devices, dict) else None
+def _normalise_results(devices: dict[str, Any]) -> None:
+    results = devices.get("results")
     if isinstance(results, list):
-        devices["results"] = [_drop_nulls(r, ("adminAccess",)) if isinstance(r, dict) else r for r in results]
+        devices["results"] = [
+            {k: v for k, v in r.items() if not (k == "adminAccess" and v is None)} if isinstance(r, dict) else r
+            for r in results
+        ]
 
 
-def _drop_nulls(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    for key in keys:
-        if key in obj and obj[key] is None:
-            del obj[key]
-    return obj
-
-
-def _hoist_basic(spec: Any) -> None:
-    devices = spec.get("devices") if isinstance(spec, dict) else None
+def _hoist_basic(spec: dict[str, Any]) -> None:
+    devices = spec.get("devices")
     if not isinstance(devices, list):
         return
-    for i, device in enumerate(devices):
-        if not isinstance(device, dict) or "basic" not in device:
-            continue
-        basic = device.get("basic") or {}
-        hoisted = {k: v for k, v in device.items() if k != "basic"}
-        for key, value in basic.items():
-            hoisted.setdefault(key, value)  # a member already on the device (unexpected) wins
-        devices[i] = hoisted
+    hoisted_devices = []
+    for device in devices:
+        if isinstance(device, dict) and "basic" in device:
+            hoisted = {k: v for k, v in device.items() if k != "basic"}
+            for key, value in (device.get("basic") or {}).items():
+                hoisted.setdefault(key, value)  # a member already on the device (unexpected) wins
+            device = hoisted
+        hoisted_devices.append(device)
+    spec["devices"] = hoisted_devices
 
 
 # --------------------------------------------------------------------------------------------

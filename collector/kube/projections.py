@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import BigInteger, String, bindparam, cast, delete, func, null, select, union_all
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from collector.kube.normalize import device_attribute, device_capacity_bytes, normalize
@@ -390,6 +391,8 @@ class _Version:
 
 
 def _get(row: Any, name: str) -> Any:
+    if type(row) is dict:  # the common case, checked first: ABC isinstance is slow on hot paths
+        return row.get(name)
     if isinstance(row, Mapping):
         return row.get(name)
     mapping = getattr(row, "_mapping", None)  # SQLAlchemy Row
@@ -452,6 +455,31 @@ def _sql_nulls(model: type, values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def _insert(session: Session, model: type, rows: list[dict[str, Any]], returning: bool = False,
+            ignore_duplicates: bool = False) -> list[int]:
+    """Core executemany INSERT (one statement per distinct column set); ids in row order if asked.
+
+    ``ignore_duplicates`` adds ``ON CONFLICT DO NOTHING`` (SQLite and PostgreSQL both have it).
+    """
+    table = model.__table__  # type: ignore[attr-defined]
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        groups[tuple(sorted(row))].append(i)
+    ids: list[int] = [0] * len(rows)
+    for members in groups.values():
+        params = [rows[i] for i in members]
+        if returning:
+            stmt = table.insert().returning(table.c.id, sort_by_parameter_order=True)
+            for i, new_id in zip(members, session.execute(stmt, params).scalars().all()):
+                ids[i] = new_id
+        elif ignore_duplicates:
+            session.execute(dialect.insert(table).on_conflict_do_nothing(), params)
+        else:
+            session.execute(table.insert(), params)
+    return ids
+
+
 class _Batch:
     """Open state of the objects in one batch, the changes made to it, and the bulk writes."""
 
@@ -461,6 +489,7 @@ class _Batch:
         self.new: dict[type, list[_Row]] = defaultdict(list)
         self.loaded_closed: dict[type, list[_Row]] = defaultdict(list)
         self.skipped_stale = 0
+        self.known_episodes: set[tuple[str, str]] = set()  # (claim uid, first RV) in the database
 
     def open(self, model: type, values: dict[str, Any]) -> _Row:
         row = _Row(values)
@@ -481,14 +510,13 @@ class _Batch:
         episodes = self.new.get(AllocationEpisode, [])
         if episodes:
             self._drop_existing_episodes(episodes)
-            rows = [_sql_nulls(AllocationEpisode, {**r.values, "valid_to_ns": r.valid_to_ns})
-                    for r in episodes if r.values is not None]
-            if rows:
-                ids = s.execute(insert(AllocationEpisode).returning(AllocationEpisode.id, sort_by_parameter_order=True),
-                                rows).scalars().all()
-                for row, new_id in zip((r for r in episodes if r.values is not None), ids):
-                    row.id = new_id
+            kept = [r for r in episodes if r.values is not None]
+            ids = _insert(s, AllocationEpisode, [_sql_nulls(AllocationEpisode, {**r.values, "valid_to_ns": r.valid_to_ns})
+                                                 for r in kept], returning=True)
+            for row, new_id in zip(kept, ids):
+                row.id = new_id
         for model in (PodState, PodClaimRef, DeviceState, AllocationResult, ClaimConsumer, PodContainerClaim):
+            ignore_duplicates = model is PodContainerClaim
             rows = []
             for r in self.new.get(model, []):
                 values = dict(r.values)
@@ -500,11 +528,12 @@ class _Batch:
                 if model is not PodContainerClaim and model is not AllocationResult:
                     values["valid_to_ns"] = r.valid_to_ns
                 rows.append(_sql_nulls(model, values))
-            if rows:
-                s.execute(insert(model), rows)
+            _insert(s, model, rows, ignore_duplicates=ignore_duplicates)
         for model, closed in self.loaded_closed.items():
             if closed:
-                s.execute(update(model), [{"id": r.id, "valid_to_ns": r.valid_to_ns} for r in closed])
+                table = model.__table__
+                stmt = table.update().where(table.c.id == bindparam("row_id")).values(valid_to_ns=bindparam("to_ns"))
+                s.execute(stmt, [{"row_id": r.id, "to_ns": r.valid_to_ns} for r in closed])
 
     def _drop_existing_episodes(self, episodes: list[_Row]) -> None:
         """Guard the (claim uid, first RV) key: an episode already recorded is not opened again.
@@ -512,19 +541,12 @@ class _Batch:
         Only reachable when an older version is re-applied with the same observed time as a
         later one (the stale check compares times); the rows are then dropped, not duplicated.
         """
-        keys = [(r.values["claim_uid"], r.values["first_rv"]) for r in episodes]
-        existing: set[tuple[str, str]] = set()
-        uids = sorted({k[0] for k in keys})
-        for chunk in _chunks(uids):
-            existing.update(self.session.execute(
-                select(AllocationEpisode.claim_uid, AllocationEpisode.first_rv).where(
-                    AllocationEpisode.cluster == self.cluster, AllocationEpisode.claim_uid.in_(chunk))).all())
-        seen: set[tuple[str, str]] = set()
-        for row, key in zip(episodes, keys):
-            if key in existing or key in seen:
+        for row in episodes:
+            key = (row.values["claim_uid"], row.values["first_rv"])
+            if key in self.known_episodes:
                 log.warning("allocation episode %s@%s already recorded; not opened again", *key)
                 row.values = None  # type: ignore[assignment]
-            seen.add(key)
+            self.known_episodes.add(key)
 
 
 # -- Pods -------------------------------------------------------------------------------------
@@ -557,11 +579,6 @@ class _PodProjector:
                 if row.valid_to_ns is None:
                     self.refs[row.pod_uid][row.pod_claim_name] = _Row(
                         {"claim_name": row.claim_name, "template_name": row.template_name}, row.id)
-            for pod_uid, container, claim, request in s.execute(
-                    select(PodContainerClaim.pod_uid, PodContainerClaim.container_name, PodContainerClaim.pod_claim_name,
-                           PodContainerClaim.request).where(PodContainerClaim.cluster == c,
-                                                            PodContainerClaim.pod_uid.in_(chunk))):
-                self.container_claims[pod_uid].add((container, claim, request))
 
     def _see(self, uid: str, *times: int | None) -> None:
         self.boundary[uid] = max([self.boundary[uid], *(t for t in times if t is not None)])
@@ -590,6 +607,7 @@ class _PodProjector:
         for name in list(refs):
             if name not in facts.claim_refs:
                 b.close(PodClaimRef, refs.pop(name), t)
+        opened = False
         for name, (claim_name, template_name) in facts.claim_refs.items():
             current = refs.get(name)
             if current is not None and (current.values["claim_name"], current.values["template_name"]) == (claim_name, template_name):
@@ -599,12 +617,16 @@ class _PodProjector:
             refs[name] = b.open(PodClaimRef, {
                 "cluster": b.cluster, "pod_uid": v.uid, "namespace": facts.namespace, "pod_claim_name": name,
                 "claim_name": claim_name, "template_name": template_name, "valid_from_ns": t})
-        known = self.container_claims[v.uid]
-        for key, init in facts.container_claims.items():
-            if key not in known:
-                known.add(key)
-                b.open(PodContainerClaim, {"cluster": b.cluster, "pod_uid": v.uid, "container_name": key[0],
-                                           "init_container": init, "pod_claim_name": key[1], "request": key[2]})
+            opened = True
+        if opened:
+            # The container map is immutable spec, except the extended-resource mappings that arrive
+            # with their claim: (re)offer it whenever a claim reference opens; duplicates are ignored.
+            known = self.container_claims[v.uid]
+            for key, init in facts.container_claims.items():
+                if key not in known:
+                    known.add(key)
+                    b.open(PodContainerClaim, {"cluster": b.cluster, "pod_uid": v.uid, "container_name": key[0],
+                                               "init_container": init, "pod_claim_name": key[1], "request": key[2]})
         self._see(v.uid, t)
 
 
@@ -620,20 +642,21 @@ class _ClaimProjector:
         self.episode: dict[str, _Row] = {}
         self.identity: dict[str, tuple] = {}
         self.consumers: dict[str, dict[str, _Row]] = defaultdict(dict)
-        self.boundary: dict[str, int] = defaultdict(int, _boundaries(
-            s, AllocationEpisode.claim_uid, AllocationEpisode.valid_from_ns, AllocationEpisode.valid_to_ns,
-            [AllocationEpisode.cluster == c], uids))
+        self.boundary: dict[str, int] = defaultdict(int)
+        # Every episode of these claims (a claim has few): boundaries, the open one, known first RVs.
         open_by_id: dict[int, tuple[str, Any]] = {}
         for chunk in _chunks(list(uids)):
-            for ep in s.execute(select(AllocationEpisode.id, AllocationEpisode.claim_uid, AllocationEpisode.valid_from_ns,
+            for ep in s.execute(select(AllocationEpisode.id, AllocationEpisode.claim_uid, AllocationEpisode.first_rv,
+                                       AllocationEpisode.valid_from_ns, AllocationEpisode.valid_to_ns,
                                        AllocationEpisode.node_name, AllocationEpisode.allocation_timestamp).where(
-                    AllocationEpisode.cluster == c, AllocationEpisode.claim_uid.in_(chunk),
-                    AllocationEpisode.valid_to_ns.is_(None))):
-                self.episode[ep.claim_uid] = _Row({"claim_uid": ep.claim_uid, "valid_from_ns": ep.valid_from_ns}, ep.id)
-                open_by_id[ep.id] = (ep.claim_uid, ep)
-        episode_ids = sorted(open_by_id)
+                    AllocationEpisode.cluster == c, AllocationEpisode.claim_uid.in_(chunk))):
+                self._see(ep.claim_uid, ep.valid_from_ns, ep.valid_to_ns)
+                batch.known_episodes.add((ep.claim_uid, ep.first_rv))
+                if ep.valid_to_ns is None:
+                    self.episode[ep.claim_uid] = _Row({"claim_uid": ep.claim_uid, "valid_from_ns": ep.valid_from_ns}, ep.id)
+                    open_by_id[ep.id] = (ep.claim_uid, ep)
         results: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        for chunk in _chunks(episode_ids):
+        for chunk in _chunks(sorted(open_by_id)):
             for r in s.execute(select(AllocationResult.episode_id, AllocationResult.request, AllocationResult.driver,
                                       AllocationResult.pool, AllocationResult.device, AllocationResult.share_id,
                                       AllocationResult.admin_access, AllocationResult.consumed_capacity).where(
@@ -641,14 +664,17 @@ class _ClaimProjector:
                 results[r.episode_id].append({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device,
                                               "share_id": r.share_id, "admin_access": r.admin_access,
                                               "consumed_capacity": r.consumed_capacity})
-            for cons in s.execute(select(ClaimConsumer.id, ClaimConsumer.claim_uid, ClaimConsumer.consumer_uid,
-                                         ClaimConsumer.valid_from_ns).where(
-                    ClaimConsumer.episode_id.in_(chunk), ClaimConsumer.valid_to_ns.is_(None))):
-                self.consumers[cons.claim_uid][cons.consumer_uid] = _Row({"valid_from_ns": cons.valid_from_ns}, cons.id)
-                self._see(cons.claim_uid, cons.valid_from_ns)
-            for episode_id, max_to in s.execute(select(ClaimConsumer.episode_id, func.max(ClaimConsumer.valid_to_ns)).where(
-                    ClaimConsumer.episode_id.in_(chunk)).group_by(ClaimConsumer.episode_id)):
-                self._see(open_by_id[episode_id][0], max_to)
+            # Open consumers, plus (id NULL) the latest close per claim, for the stale-version guard.
+            open_consumers = select(ClaimConsumer.id, ClaimConsumer.claim_uid, ClaimConsumer.consumer_uid,
+                                    ClaimConsumer.valid_from_ns).where(
+                ClaimConsumer.episode_id.in_(chunk), ClaimConsumer.valid_to_ns.is_(None))
+            latest_close = select(cast(null(), BigInteger), ClaimConsumer.claim_uid, cast(null(), String),
+                                  func.max(ClaimConsumer.valid_to_ns)).where(
+                ClaimConsumer.episode_id.in_(chunk), ClaimConsumer.valid_to_ns.is_not(None)).group_by(ClaimConsumer.claim_uid)
+            for row_id, claim_uid, consumer_uid, at_ns in s.execute(union_all(open_consumers, latest_close)):
+                if row_id is not None:
+                    self.consumers[claim_uid][consumer_uid] = _Row({"valid_from_ns": at_ns}, row_id)
+                self._see(claim_uid, at_ns)
         for episode_id, (uid, ep) in open_by_id.items():
             self.identity[uid] = allocation_identity(results[episode_id], ep.node_name, ep.allocation_timestamp)
 
@@ -817,6 +843,10 @@ def _apply_cluster(session: Session, cluster: str, versions: list[_Version]) -> 
     return batch.skipped_stale
 
 
+def _by_id(v: _Version) -> int:
+    return v.id
+
+
 def apply_versions(session: Session, versions: Sequence[Any]) -> None:
     """Update the projections from newly stored ``object_versions`` rows, in the caller's transaction.
 
@@ -835,7 +865,7 @@ def apply_versions(session: Session, versions: Sequence[Any]) -> None:
     Raises:
         ValueError: a row whose ``observed_at`` is naive (no zone).
     """
-    parsed = sorted((_as_version(v) for v in versions if _get(v, "kind") in PROJECTED_KINDS), key=lambda v: v.id)
+    parsed = sorted((_as_version(v) for v in versions if _get(v, "kind") in PROJECTED_KINDS), key=_by_id)
     by_cluster: dict[str, list[_Version]] = defaultdict(list)
     for v in parsed:
         by_cluster[v.cluster].append(v)
