@@ -90,26 +90,50 @@ def _pairs_hook(conflicts: list[tuple[str, Any, Any]]):
     return hook
 
 
+class Decoder:
+    """A reusable decoder (one per parser: not thread-safe) with the nesting limit and duplicate-key detection."""
+
+    def __init__(self, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
+        self.max_depth = max_depth
+        self._conflicts: list[tuple[str, Any, Any]] = []
+        self._json = json.JSONDecoder(object_pairs_hook=_pairs_hook(self._conflicts), parse_float=self._float)
+        #: set when a decoded number had an exponent (``1.5e18``): its value's digits are not in
+        #: the text, so PAN pre-filters on the text cannot vouch for it. The caller resets it.
+        self.saw_exponent = False
+
+    def _float(self, text: str) -> float:
+        if "e" in text or "E" in text:
+            self.saw_exponent = True
+        return float(text)
+
+    def decode(self, text: str) -> Decoded:
+        """Decode one JSON text.
+
+        Raises:
+            JsonRejected: ``nesting-too-deep`` (deeper than ``max_depth``) or ``unparseable``
+                (syntax error, with the character offset).
+        """
+        if nesting_depth(text, self.max_depth) > self.max_depth:
+            raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels")
+        self._conflicts.clear()
+        try:
+            value = self._json.decode(text)
+        except json.JSONDecodeError as exc:
+            raise JsonRejected(f"unparseable: invalid JSON at character {exc.pos} ({exc.msg})") from None
+        except RecursionError:  # unreachable after the depth check; kept as a guard
+            raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels") from None
+        conflicts = list(self._conflicts) if self._conflicts else []
+        top = dict(value.dups) if isinstance(value, _DupDict) else {}
+        return Decoded(value, conflicts, top)
+
+
 def decode(text: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Decoded:
-    """Decode one JSON text with the nesting limit and duplicate-key detection.
+    """Decode one JSON text with the nesting limit and duplicate-key detection (see ``Decoder``).
 
     Raises:
-        JsonRejected: ``nesting-too-deep`` (deeper than ``max_depth``) or ``unparseable`` (syntax
-            error, with the character offset).
+        JsonRejected: ``nesting-too-deep`` or ``unparseable``.
     """
-    depth = nesting_depth(text, max_depth)
-    if depth > max_depth:
-        raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {max_depth} levels")
-    conflicts: list[tuple[str, Any, Any]] = []
-    decoder = json.JSONDecoder(object_pairs_hook=_pairs_hook(conflicts))
-    try:
-        value = decoder.decode(text)
-    except json.JSONDecodeError as exc:
-        raise JsonRejected(f"unparseable: invalid JSON at character {exc.pos} ({exc.msg})") from None
-    except RecursionError:  # unreachable after the depth check; kept as a guard
-        raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {max_depth} levels") from None
-    top = dict(value.dups) if isinstance(value, _DupDict) else {}
-    return Decoded(value, conflicts, top)
+    return Decoder(max_depth).decode(text)
 
 
 def flatten(value: dict[str, Any], prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:

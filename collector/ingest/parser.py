@@ -26,9 +26,9 @@ from typing import Any, Iterable
 from collector.ingest import envelopes
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
-from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode, flatten
+from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, records_from_json
-from collector.ingest.pan import PanMasker, mask_text
+from collector.ingest.pan import NULL_MASKER, PanMasker, mask_text, may_contain_pan
 from collector.ingest.payloads import PAYLOAD_FORMATS, TIME_KEYS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -38,7 +38,7 @@ FORMATS = ("auto",) + ENVELOPE_FORMATS + PAYLOAD_FORMATS
 QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
 
 _TRAILING_DIGITS = re.compile(r"[\d \-]+$")
-_NEEDS_SANITISING = re.compile(r"\x00|\\u0000|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
 
 
 @dataclass
@@ -117,6 +117,8 @@ class LineParser:
         self.max_depth = max_depth
         self.forced = None if forced in (None, "auto") else forced
         self._partials: dict[tuple[Any, ...], _Partial] = {}
+        self._last_source, self._last_source_pan = "", False
+        self._decoder = Decoder(max_depth)
         names = self.aliases.names
         self._app_keys = frozenset(names["transaction_id"] + names["event_time"])
 
@@ -154,6 +156,7 @@ class LineParser:
         line = text.rstrip("\r\n")
         if not line.strip():
             return []
+        self._decoder.saw_exponent = False
         try:
             return self._line(line, source, position)
         except Rejected as exc:
@@ -187,7 +190,7 @@ class LineParser:
         body = line.strip()
         if not body.startswith("{"):
             raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
-        decoded = decode(self._maybe_sanitise_text(body), max_depth=self.max_depth)
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body))
         doc = decoded.value
         if not isinstance(doc, dict):
             raise Rejected("unparseable: JSON value is not an object")
@@ -237,7 +240,10 @@ class LineParser:
 
     @staticmethod
     def _maybe_sanitise(text: str, doc: Any) -> Any:
-        return _sanitise(doc) if _NEEDS_SANITISING.search(text) else doc
+        # NUL (literal or \u0000) and \ud800-\udfff escapes (lone surrogates) need the slow walk.
+        if "\x00" in text or "\\u0000" in text or "\\ud" in text or "\\uD" in text:
+            return _sanitise(doc)
+        return doc
 
     def _enveloped(self, env: Envelope, raw: str, source: str, position: str | None) -> list[Outcome]:
         if env.partial and not isinstance(env.payload, str):
@@ -276,7 +282,7 @@ class LineParser:
         body = text.strip()
         if not body.startswith("{"):
             raise Rejected("unparseable: the application line is plain text, not JSON")
-        decoded = decode(self._maybe_sanitise_text(body), max_depth=self.max_depth)
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body))
         if not isinstance(decoded.value, dict):
             raise Rejected("unparseable: the application line is not a JSON object")
         return self._maybe_sanitise(body, decoded.value), decoded.conflicts
@@ -301,9 +307,17 @@ class LineParser:
             raise Rejected(f"unparseable: the {env.kind} application field is a {type(payload).__name__}")
         fmt = self.forced if self.forced in PAYLOAD_FORMATS else detect_format(doc)
         flat = prepare(doc, fmt)
-        record = self.builder.build(flat, fmt, env, self.masker, raw_sha256=_sha256_masked(raw),
-                                    source=source, position=position)
+        if may_contain_pan(raw, exponent_numbers=self._decoder.saw_exponent) or self._source_may_contain_pan(source):
+            masker, raw_sha256 = self.masker, _sha256_masked(raw)
+        else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
+            masker, raw_sha256 = NULL_MASKER, _sha256(raw)
+        record = self.builder.build(flat, fmt, env, masker, raw_sha256=raw_sha256, source=source, position=position)
         return Outcome(source, position, record=record)
+
+    def _source_may_contain_pan(self, source: str) -> bool:
+        if source != self._last_source:
+            self._last_source, self._last_source_pan = source, may_contain_pan(source)
+        return self._last_source_pan
 
     # -- OTLP ----------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from collector.ingest import timestamps
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import Envelope
 from collector.ingest.jsondoc import flatten
-from collector.ingest.pan import PanMasker
+from collector.ingest.pan import NullMasker, PanMasker
 from collector.ingest.record import CanonicalRecord, coerce_latency_ms, normalise_span_id, normalise_trace_id
 
 PAYLOAD_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "json")
@@ -107,10 +107,13 @@ class RecordBuilder:
         except timestamps.BadTimestamp as exc:
             raise Rejected(f"bad-timestamp: field {name!r}: {exc}") from None
 
-    def build(self, flat: dict[str, Any], fmt: str, env: Envelope, masker: PanMasker, *, raw_sha256: str,
+    def build(self, flat: dict[str, Any], fmt: str, env: Envelope, masker: PanMasker | NullMasker, *, raw_sha256: str,
               source: str, position: str | None, event_time: tuple[int, int] | None = None,
               trace_id: Any = None, span_id: Any = None, extra_attributes: dict[str, Any] | None = None) -> CanonicalRecord:
         """Map ``flat`` (payload fields) and ``env`` to a masked ``CanonicalRecord``.
+
+        ``masker`` is the parser's counting ``PanMasker``, or ``NULL_MASKER`` for a line proven
+        PAN-free by ``pan.may_contain_pan``.
 
         ``event_time``/``trace_id``/``span_id`` given by the caller (OTLP record fields) win over
         the payload's.

@@ -1,0 +1,203 @@
+"""Benchmark: ``draudit ingest`` of N Fluent Bit lines vs a raw executemany of the same rows.
+
+Usage::
+
+    .venv/bin/python bench/ingest_bench.py                      # 1 M lines, SQLite and PostgreSQL
+    .venv/bin/python bench/ingest_bench.py --lines 100000 --backends sqlite
+
+Input: N Fluent Bit records as the configuration in docs/shippers.md produces them
+(``multiline.parser cri``, kubernetes filter, ``Merge_Log_Key app``, ``Keep_Log On``, ``json_lines``)
+around Spring Boot 3.5 nested ECS decision lines, spread over 64 pods; every 50th line is a
+non-decision log line (quarantined), every 20th carries a card number in its message (masked).
+
+Measured per backend, each on a freshly migrated database:
+
+- ``raw executemany``: the rows the pipeline would store, built beforehand (parsing not timed),
+  inserted with the DB-API ``cursor.executemany`` in chunks of 2 000, one commit per chunk — no
+  dedupe, no ledger, nothing else: the floor of writing those rows;
+- ``pipeline``: ``IngestRun`` over the file end to end (read, parse, mask, dedupe lookup,
+  ``INSERT … ON CONFLICT DO NOTHING RETURNING``, quarantine, ledger entries, commit per batch).
+
+Prints lines/s of each and ``ratio = pipeline / raw`` (target ≥ 0.5).
+PostgreSQL: ``DRAUDIT_TEST_PG_URL`` (default ``postgresql://root@127.0.0.1:5432/test``) is an
+administrative URL; the bench creates and drops its own databases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import text  # noqa: E402
+
+from collector.ingest.parser import LineParser  # noqa: E402
+from collector.ingest.pipeline import IngestRun, iter_lines  # noqa: E402
+from collector.settings import Settings  # noqa: E402
+from collector.store import migrate  # noqa: E402
+from collector.store.db import make_engine, make_session_factory  # noqa: E402
+from collector.store.models import InferenceRecord  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get("DRAUDIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
+START_NS = 1_764_403_200_000_000_000  # 2025-11-29T08:00:00Z
+CHUNK = 2000
+
+
+def _iso(ns: int, digits: int = 6) -> str:
+    s, rem = divmod(ns, 1_000_000_000)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s))
+    return f"{base}.{str(rem).zfill(9)[:digits]}Z"
+
+
+def write_input(path: Path, n: int) -> None:
+    """N Fluent Bit json_lines records (see the module docstring)."""
+    rnd = random.Random(7)
+    pods = [(f"fraud-api-7c9d8-{rnd.getrandbits(20):05x}", str(uuid.UUID(int=rnd.getrandbits(128), version=4)),
+             f"gpu-node-{i % 16:02d}", f"{rnd.getrandbits(256):064x}") for i in range(64)]
+    with open(path, "w") as f:
+        for i in range(n):
+            pod, uid, node, cid = pods[i % len(pods)]
+            ev = START_NS + i * 1_000_003
+            rt = ev + 412_337
+            app = {"@timestamp": _iso(ev), "log": {"level": "INFO", "logger": "com.example.fraud.ScoringService"},
+                   "process": {"pid": 1, "thread": {"name": f"http-nio-8080-exec-{i % 200}"}},
+                   "service": {"name": "fraud-api", "version": "2.7.1"},
+                   "message": "scored card 4111 1111 1111 1111" if i % 20 == 0 else "scored",
+                   "traceId": f"{rnd.getrandbits(128):032x}", "spanId": f"{rnd.getrandbits(64):016x}", "txn_id": f"T-{i:09d}", "model_name": "fraud_xgb",
+                   "model_version": "7", "decision": "DECLINE" if i % 7 == 0 else "APPROVE",
+                   "latency_ms": round(5 + (i % 97) * 0.13, 2), "ecs": {"version": "8.11"}}
+            if i % 50 == 49:
+                app = {"@timestamp": _iso(ev), "log": {"level": "INFO", "logger": "o.s.b.w.e.tomcat.TomcatWebServer"},
+                       "message": "Tomcat started on port 8080 (http)", "ecs": {"version": "8.11"}}
+            line = json.dumps(app, separators=(",", ":"))
+            rec = {"date": _iso(rt), "time": _iso(rt, 9), "stream": "stdout", "_p": "F", "log": line, "app": app,
+                   "kubernetes": {"pod_name": pod, "namespace_name": "risk-inference", "pod_id": uid,
+                                  "labels": {"app.kubernetes.io/name": "fraud-api", "pod-template-hash": "7c9d8"},
+                                  "host": node, "pod_ip": f"10.4.{i % 64}.21", "container_name": "api",
+                                  "docker_id": cid, "container_image": "registry.example/fraud-api:2.7.1"}}
+            f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+
+def fresh_database(backend: str, tmp: Path) -> tuple[str, callable]:
+    if backend == "sqlite":
+        path = tmp / f"bench-{uuid.uuid4().hex[:6]}.db"
+        return f"sqlite:///{path}", lambda: None
+    name = f"draudit_bench_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = admin.url.set(database=name).render_as_string(hide_password=False)
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' "
+                              "AND pid <> pg_backend_pid()"))
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+    return url, drop
+
+
+def rows_for(path: Path, settings: Settings):
+    """The rows the pipeline would store, in chunks (parsing happens here, outside the timing)."""
+    parser = LineParser(cluster=settings.cluster, max_line_bytes=settings.ingest_max_line_bytes)
+    chunk = []
+    with open(path, "rb") as f:
+        for n, (data, _total) in enumerate(iter_lines(f, settings.ingest_max_line_bytes), start=1):
+            for o in parser.feed_bytes(data, str(path), str(n)):
+                if o.record is not None:
+                    row = o.record.row(START_NS, "bench")
+                    row["conflict"] = False
+                    chunk.append(row)
+            if len(chunk) >= CHUNK:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
+
+
+def raw_executemany(url: str, path: Path, settings: Settings) -> tuple[int, float]:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    cols = [c.name for c in InferenceRecord.__table__.columns if c.name != "id"]
+    backend = engine.dialect.name
+    if backend == "sqlite":
+        sql = f"INSERT INTO inference_records ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+    else:
+        sql = f"INSERT INTO inference_records ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)})"
+    rows_done, elapsed = 0, 0.0
+    raw = engine.raw_connection()
+    try:
+        for chunk in rows_for(path, settings):
+            params = [tuple(json.dumps(r[c]) if c == "attributes" else r[c] for c in cols) for r in chunk]
+            t0 = time.perf_counter()
+            cur = raw.cursor()
+            if backend == "sqlite":
+                cur.execute("BEGIN")  # draudit's engine runs sqlite3 in autocommit mode and emits BEGIN itself
+            cur.executemany(sql, params)
+            raw.commit()
+            elapsed += time.perf_counter() - t0
+            rows_done += len(params)
+    finally:
+        raw.close()
+        engine.dispose()
+    return rows_done, elapsed
+
+
+def pipeline(url: str, path: Path, settings: Settings) -> tuple[dict, float]:
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sessions = make_session_factory(engine)
+    t0 = time.perf_counter()
+    run = IngestRun(sessions, settings)
+    with open(path, "rb") as f:
+        run.ingest_stream(f, str(path))
+    counts = run.finish()
+    elapsed = time.perf_counter() - t0
+    engine.dispose()
+    return counts.as_dict(), elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--backends", default="sqlite,postgresql")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        path = tmp / "fluentbit.jsonl"
+        t0 = time.perf_counter()
+        write_input(path, args.lines)
+        print(f"input: {args.lines} Fluent Bit lines, {path.stat().st_size / 1e6:.0f} MB (written in "
+              f"{time.perf_counter() - t0:.1f} s)")
+        settings = Settings(cluster="bench")
+        for backend in args.backends.split(","):
+            url, drop = fresh_database(backend, tmp)
+            try:
+                n_raw, t_raw = raw_executemany(url, path, settings)
+            finally:
+                drop()
+            url, drop = fresh_database(backend, tmp)
+            try:
+                counts, t_pipe = pipeline(url, path, settings)
+            finally:
+                drop()
+            raw_rate = n_raw / t_raw
+            pipe_rate = counts["read"] / t_pipe
+            print(f"{backend:10s} raw executemany: {n_raw} rows in {t_raw:.1f} s = {raw_rate:,.0f} rows/s")
+            print(f"{backend:10s} pipeline:        {counts['read']} lines in {t_pipe:.1f} s = {pipe_rate:,.0f} lines/s  "
+                  f"({counts})")
+            print(f"{backend:10s} ratio pipeline/raw = {pipe_rate / raw_rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()
