@@ -596,3 +596,18 @@ def test_init_containers_requests_and_extended_resource_claims(sessions):
             ("gpu", "shared-gpu", ns(1), None),
             ("scratch", None, ns(1), ns(2)), ("scratch", "trainer-0-scratch-q9z7t", ns(2), None),
             (projections.EXTENDED_POD_CLAIM, "trainer-0-extended-resources-k2x9p", ns(2), None)], key=repr)
+
+
+def test_newest_version_applies_even_if_the_clock_stepped_back(sessions):
+    # A leader with a lagging clock (or an NTP step) observes the deallocation "before" the
+    # allocation: the newest version of the claim must still be applied, and no interval may end
+    # before it began.
+    replay(sessions, [
+        (shared(1200, finalizer=True, results=[("gpu", "gpu-0")], reserved=[("infer-a", POD_A)]), "MODIFIED", at(5)),
+        (shared(1201, finalizer=True), "MODIFIED", at(4)),
+    ])
+    with sessions() as s:
+        (episode,) = s.execute(select(AllocationEpisode)).scalars().all()
+        assert (episode.valid_from_ns, episode.valid_to_ns) == (ns(5), ns(5))
+        (consumer,) = s.execute(select(ClaimConsumer)).scalars().all()
+        assert (consumer.valid_from_ns, consumer.valid_to_ns) == (ns(5), ns(5))

@@ -490,6 +490,26 @@ class _Batch:
         self.loaded_closed: dict[type, list[_Row]] = defaultdict(list)
         self.skipped_stale = 0
         self.known_episodes: set[tuple[str, str]] = set()  # (claim uid, first RV) in the database
+        self.newest: dict[str, int] = {}  # object uid → newest object_versions.id stored for it
+
+    def load_newest(self, kind: str, uids: Sequence[str]) -> None:
+        """Remember the newest stored version id of each object (covering index on object_versions)."""
+        for chunk in _chunks(list(uids)):
+            self.newest.update(self.session.execute(
+                select(ObjectVersion.uid, func.max(ObjectVersion.id)).where(
+                    ObjectVersion.cluster == self.cluster, ObjectVersion.kind == kind, ObjectVersion.uid.in_(chunk))
+                .group_by(ObjectVersion.uid)).all())
+
+    def is_stale(self, v: _Version, boundary_ns: int) -> bool:
+        """A replay of an older version: observed before the object's last recorded change.
+
+        The newest stored version of an object is never stale (applying it again is a no-op), so
+        a backwards clock step or a leader with a lagging clock cannot make us drop new data.
+        """
+        if v.observed_ns >= boundary_ns or v.id >= self.newest.get(v.uid, v.id):
+            return False
+        self.skipped_stale += 1
+        return True
 
     def open(self, model: type, values: dict[str, Any]) -> _Row:
         row = _Row(values)
@@ -499,7 +519,8 @@ class _Batch:
     def close(self, model: type, row: _Row, at_ns: int) -> None:
         if row.closed:
             return
-        row.close(at_ns)
+        # Never end an interval before it began (a backwards clock step between two versions).
+        row.close(max(at_ns, row.values.get("valid_from_ns", at_ns)))
         if row.id is not None:
             self.loaded_closed[model].append(row)
 
@@ -578,15 +599,15 @@ class _PodProjector:
                 self._see(row.pod_uid, row.valid_from_ns, row.valid_to_ns)
                 if row.valid_to_ns is None:
                     self.refs[row.pod_uid][row.pod_claim_name] = _Row(
-                        {"claim_name": row.claim_name, "template_name": row.template_name}, row.id)
+                        {"claim_name": row.claim_name, "template_name": row.template_name,
+                         "valid_from_ns": row.valid_from_ns}, row.id)
 
     def _see(self, uid: str, *times: int | None) -> None:
         self.boundary[uid] = max([self.boundary[uid], *(t for t in times if t is not None)])
 
     def apply(self, v: _Version, facts: PodFacts | None) -> None:
         t = v.observed_ns
-        if t < self.boundary[v.uid]:
-            self.batch.skipped_stale += 1
+        if self.batch.is_stale(v, self.boundary[v.uid]):
             return
         b = self.batch
         state, refs = self.state.get(v.uid), self.refs[v.uid]
@@ -692,8 +713,7 @@ class _ClaimProjector:
 
     def apply(self, v: _Version, claim: Mapping[str, Any] | None) -> None:
         t = v.observed_ns
-        if t < self.boundary[v.uid]:
-            self.batch.skipped_stale += 1
+        if self.batch.is_stale(v, self.boundary[v.uid]):
             return
         if claim is None and not v.deleted:
             return  # unreadable raw (logged): it proves nothing about the allocation
@@ -747,11 +767,13 @@ class _SliceProjector:
         self.open: dict[tuple[str, str], dict[str, _Row]] = defaultdict(dict)
         for chunk in _chunks(pool_names):
             for row in s.execute(select(DeviceState.id, DeviceState.driver, DeviceState.pool, DeviceState.device,
+                                        DeviceState.valid_from_ns,
                                         *(getattr(DeviceState, col) for col in _DEVICE_FACT_COLUMNS)).where(
                     DeviceState.cluster == c, DeviceState.driver.in_(drivers), DeviceState.pool.in_(chunk),
                     DeviceState.valid_to_ns.is_(None))):
                 if (row.driver, row.pool) in pools:
                     values = {col: getattr(row, col) for col in _DEVICE_FACT_COLUMNS}
+                    values["valid_from_ns"] = row.valid_from_ns
                     self.open[(row.driver, row.pool)][row.device] = _Row(values, row.id)
         slice_names = sorted({v.name for v, _ in versions})
         self.boundary: dict[str, int] = defaultdict(int, _boundaries(
@@ -763,8 +785,7 @@ class _SliceProjector:
 
     def apply(self, v: _Version, facts: SliceFacts) -> None:
         t = v.observed_ns
-        if t < self.boundary[v.name]:
-            self.batch.skipped_stale += 1
+        if self.batch.is_stale(v, self.boundary[v.name]):
             return
         b = self.batch
         pool_key = (facts.driver, facts.pool)
@@ -827,6 +848,9 @@ def _apply_cluster(session: Session, cluster: str, versions: list[_Version]) -> 
                 log.warning("object_versions id %s: ResourceSlice %s has no driver or pool; not projected", v.id, v.name)
             else:
                 slices.append((v, facts))
+    for kind, group in ((POD, pods), (RESOURCE_CLAIM, claims), (RESOURCE_SLICE, slices)):
+        if group:
+            batch.load_newest(kind, sorted({v.uid for v, _ in group}))
     if pods:
         projector = _PodProjector(batch, pods)
         for v, facts in pods:
