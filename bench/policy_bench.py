@@ -157,11 +157,11 @@ def main() -> int:
     rego = RegorusEngine()
     rego.load_bundle(bundle)
     with sessions.begin() as s:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         facts = build_facts(s, T0, T0 + PERIOD_NS, now_ns=T0 + PERIOD_NS)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         results = rego.evaluate(facts)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         rows = to_rows(results, bundle, rego.name, None, T0, T0 + PERIOD_NS, datetime.now(timezone.utc))
         _stored, inserted = store_findings(s, rows)
         t3 = time.perf_counter()
@@ -173,9 +173,12 @@ def main() -> int:
     print(f"facts: {counts}, {input_mb:.1f} MB of JSON input")
     print(f"load average during the run: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     print(f"findings: {inserted} stored, by rule {dict(sorted(by_rule.items()))}")
-    print(f"facts query time: {t1 - t0:.3f} s")
-    print(f"Rego time (regorus): {t2 - t1:.3f} s")
-    print(f"facts + Rego: {t2 - t0:.3f} s (target < 5 s: {'met' if t2 - t0 < 5 else 'MISSED'})")
+    # CPU time of this process is what the run costs without competing load (SQLite and regorus
+    # run in-process; with PostgreSQL the server's share is only in the wall time).
+    print(f"facts query time: {t1 - t0:.3f} s wall, {c1 - c0:.3f} s CPU")
+    print(f"Rego time (regorus): {t2 - t1:.3f} s wall, {c2 - c1:.3f} s CPU")
+    print(f"facts + Rego: {t2 - t0:.3f} s wall, {c2 - c0:.3f} s CPU "
+          f"(target < 5 s: {'met' if t2 - t0 < 5 else 'missed'} on wall time, {'met' if c2 - c0 < 5 else 'missed'} on CPU time)")
     print(f"store findings (+ ledger): {t3 - t2:.3f} s")
     engine.dispose()
     tmp.cleanup()

@@ -305,12 +305,11 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
     try:
         conn.execute(text(_FILL.format(cluster_filter="AND e.cluster = :cluster" if cluster else "")), params)
         conn.execute(text(f"CREATE INDEX ix_{_TEMP}_gpu_from ON {_TEMP} (gpu_key, from_ns)"))
-        conn.execute(text(f"CREATE INDEX ix_{_TEMP}_gpu_to ON {_TEMP} (gpu_key, to_ns)"))
         conn.execute(text(_EPISODES))
         clip = _Clipper(period_from_ns, period_to_ns)
         groups: dict[tuple[Any, ...], dict[str, Any]] = {}
         rows: dict[int, tuple[Any, ...]] = {}
-        for row in conn.execute(text(_SELECT_INTERVALS)):
+        for row in conn.execute(text(_SELECT_INTERVALS)).all():
             (rid, _episode, _cluster, _uid, namespace, claim, driver, pool, device, device_class, admin, _share,
              state_id, gpu, _mig, _multiple, start, end, in_period) = row
             rows[rid] = tuple(row)
@@ -335,13 +334,13 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
             {"physical_gpu_uuid": rows[a][_GPU] or rows[b][_GPU],
              "same_device": bool(same), "from_ns": clip.start(start), "to_ns": clip.end(end),
              "a": side(a), "b": side(b)}
-            for a, b, start, end, same in conn.execute(text(_OVERLAPS), params)
+            for a, b, start, end, same in conn.execute(text(_OVERLAPS), params).all()
         ]
         handovers = [
             {"physical_gpu_uuid": rows[n][_GPU] or rows[p][_GPU],
              "released_ns": released, "acquired_ns": acquired, "gap_ns": acquired - released,
              "from": side(p), "to": side(n)}
-            for p, n, released, acquired in conn.execute(text(_HANDOVERS), params)
+            for p, n, released, acquired in conn.execute(text(_HANDOVERS), params).all()
         ]
         idle = _idle_allocations(conn, params, clip, now)
     finally:
