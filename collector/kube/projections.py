@@ -18,7 +18,18 @@ How a version is applied: the facts it shows are compared with the open interval
 object; facts that changed or vanished are closed at the version's observed time and new facts
 are opened at it. Hence applying a version twice changes nothing. A version observed *before*
 the object's latest recorded boundary is stale (a replay of an older version) and is skipped, so
-re-applying a whole batch is a no-op too.
+re-applying a whole batch is a no-op too — unless it is the newest stored version of its object,
+which is always applied (its diff is empty if it was applied before), so a backwards clock step
+cannot drop new data.
+
+Device identity is (driver, pool, device): a device listed by another slice of its pool moves
+its open interval to that slice. Known limit: if two slices of a pool list the same device at
+once and the one that listed it first drops it last, the device is closed until the other slice
+is next updated (the slices' other contents are not kept in the projection). A pool generation
+is judged among the devices currently open in the pool, so a pool whose slices were all deleted
+may restart at a lower generation (a re-created Node); the flip side: after a newer generation
+that publishes no devices at all, a later update of an old-generation slice is not recognised
+as stale.
 
 Versions of one object arrive in resourceVersion order; across kinds they may arrive in any
 order (a claim before its pod) — no projection here joins across kinds, lineage does that.
