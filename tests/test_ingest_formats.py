@@ -335,3 +335,11 @@ def test_nul_and_lone_surrogate_escapes_are_made_storable():
     r = records(parse_stream(line))[0]
     assert r.attributes["message"] == "a\ufffdb?c"
     r.attributes["message"].encode("utf-8")
+
+
+def test_app_lines_that_look_a_little_like_envelopes_stay_app_lines():
+    lines = [b'{"date":"2025-03-04","message":"scored","@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-1"}',
+             b'{"input":{"amount":12},"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-2"}']
+    recs = records(parse_stream(b"\n".join(lines)))
+    assert [(r.envelope, r.transaction_id) for r in recs] == [("none", "T-1"), ("none", "T-2")]
+    assert recs[0].attributes["message"] == "scored" and recs[1].attributes["input.amount"] == 12

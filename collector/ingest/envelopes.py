@@ -155,14 +155,14 @@ def detect(doc: dict[str, Any]) -> str:
             return "elastic"
     if doc.get("source_type") == "kubernetes_logs":
         return "vector"
-    agent = doc.get("agent")
-    if (isinstance(agent, dict) and agent.get("type") in ("filebeat", "elastic-agent")) or "input" in doc and isinstance(doc.get("input"), dict):
+    agent, inp, log = doc.get("agent"), doc.get("input"), doc.get("log")
+    if (isinstance(agent, dict) and agent.get("type") in ("filebeat", "elastic-agent")) or (
+            isinstance(inp, dict) and "type" in inp and isinstance(log, dict) and "file" in log):
         return "elastic"
     if "log" in doc and "time" in doc and set(doc) <= {"log", "stream", "time", "attrs"}:
         return "docker_json"
-    if ("_p" in doc or "logtag" in doc or "date" in doc) and ("log" in doc or "message" in doc) and (
-            "time" in doc or "date" in doc or "stream" in doc):
-        return "fluentbit"
+    if ("_p" in doc or "logtag" in doc or ("date" in doc and "stream" in doc)) and ("log" in doc or "message" in doc):
+        return "fluentbit"  # tail + CRI parser without the kubernetes filter
     return "none"
 
 

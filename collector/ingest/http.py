@@ -38,6 +38,7 @@ from starlette.routing import Route
 from collector.ingest.jsondoc import JsonRejected, decode
 from collector.ingest.otlp import export_response, records_from_json, records_from_protobuf
 from collector.ingest.pipeline import IngestRun
+from collector.ingest.timestamps import zone
 from collector.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,12 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
     Args:
         settings: token, body limit, line limit, default zone and cluster come from here.
         session_factory: sessions on the migrated store.
+
+    Raises:
+        UserError: ``settings.ingest_default_tz`` is not an IANA zone (found at start-up, not per line).
     """
+    if settings.ingest_default_tz:
+        zone(settings.ingest_default_tz)
 
     async def guarded(request: Request, handler: Callable[[Request, str], Any], otlp_json: bool | None) -> Response:
         request_id = _request_id(request)
