@@ -287,3 +287,15 @@ def test_requests_are_recorded_with_their_query(srv, core):
     assert watch.path == "/api/v1/namespaces/ml/pods"
     assert watch.query == {"allowWatchBookmarks": "true", "resourceVersion": "1", "timeoutSeconds": "1", "watch": "true"}
     assert watch.headers["Accept"] == "application/json" and watch.at >= lst.at
+
+
+def test_delay_newline_sends_the_event_end_in_a_later_chunk(srv, core):
+    rv = str(srv.current_rv)
+    srv.apply(make_pod("a", "ml"))
+    srv.add_fault(Fault(kind="Pod", verb="watch", action="delay_newline", pause_s=0.1))
+    _head, chunks, how = raw_watch(srv, f"/api/v1/pods?watch=true&resourceVersion={rv}&timeoutSeconds=1")
+    assert how == "clean" and chunks[0].endswith(b"}") and chunks[1] == b"\n"
+    assert json.loads(chunks[0])["object"]["metadata"]["name"] == "a"
+    srv.add_fault(Fault(kind="Pod", verb="watch", action="delay_newline", pause_s=0.1))
+    [e] = list(kubernetes.watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=1))
+    assert e["object"].metadata.name == "a"

@@ -122,6 +122,7 @@ def test_load_steps_rejects_bad_scenarios_naming_the_step(tmp_path):
         load_steps([{"at": 0, "op": "fault", "fault": {"action": "nope"}}])
     path = tmp_path / "scenario.json"
     steps = claim_lifecycle_steps(namespace="ml", include_template=True)
+    steps.append(Step(steps[-1].at_s, "fault", Fault(kind="ResourceSlice", verb="watch", action="inject_line", raw=b'{"x":')))
     path.write_text(json.dumps({"steps": dump_steps(steps)}))
     assert load_steps(path) == steps
     assert load_steps(str(path)) == steps

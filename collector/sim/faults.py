@@ -16,6 +16,7 @@ action                      effect
                             the whole event and the FIN falls inside it). List: FIN mid-body
 ``split_utf8``              the next event holding a multi-byte character is split inside that
                             character across two chunks, flushed ``pause_s`` apart
+``delay_newline``           the next event's final ``\\n`` comes in a later chunk, ``pause_s`` later
 ``status``                  HTTP ``code`` with a Status JSON body (429: plain text body of §8
                             unless ``plain=False``); optional ``retry_after`` seconds header
 ``http_410``                plain HTTP 410 Expired Status on a watch request
@@ -40,6 +41,7 @@ ACTIONS: dict[str, tuple[frozenset[str], dict[str, Any]]] = {
     "reset_mid_stream": (frozenset({"watch", "list"}), {"after_events": 0}),
     "cut_mid_event": (frozenset({"watch", "list"}), {"after_events": 0, "mid_chunk": False}),
     "split_utf8": (frozenset({"watch"}), {"pause_s": 0.05}),
+    "delay_newline": (frozenset({"watch"}), {"pause_s": 0.05}),
     "status": (
         frozenset({"watch", "list", "get", "create", "update", "delete"}),
         {"code": 500, "retry_after": None, "message": None, "reason": None, "plain": None, "causes": None},
@@ -54,14 +56,14 @@ VERBS = ("any", "watch", "list", "get", "create", "update", "delete")
 
 #: Faults that change what a stream carries rather than how the connection behaves; several of
 #: them can apply to the same watch request (see :meth:`FaultQueue.take`).
-CONTENT_ACTIONS = frozenset({"inject_line", "split_utf8"})
+CONTENT_ACTIONS = frozenset({"inject_line", "split_utf8", "delay_newline"})
 
 
 class Fault:
     """A fault consumed by the next ``count`` requests matching ``kind`` and ``verb``.
 
     A request takes the first matching fault; content faults (``inject_line``,
-    ``split_utf8``) queued for the same request all apply to it (:meth:`FaultQueue.take`).
+    ``split_utf8``, ``delay_newline``) queued for the same request all apply to it (:meth:`FaultQueue.take`).
 
     Args:
         kind: kind the request targets (``"Pod"``, ``"ResourceClaim"``…); None = any kind.
@@ -118,6 +120,15 @@ class Fault:
             return False
         return self.namespace is None or self.namespace == namespace
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fault):
+            return NotImplemented
+        return (self.kind, self.verb, self.action, self.count, self.namespace, self.params) == (
+            other.kind, other.verb, other.action, other.count, other.namespace, other.params
+        )
+
+    __hash__ = None  # mutable value object (count changes as it is consumed)
+
     def __getattr__(self, name: str) -> Any:
         params = self.__dict__.get("params", {})
         if name in params:
@@ -149,7 +160,7 @@ class FaultQueue:
         """Consume the faults a request gets: the first matching fault, one use of it.
 
         When that first fault is a content fault (:data:`CONTENT_ACTIONS`: ``inject_line``,
-        ``split_utf8``), every other matching content fault in the queue applies to the same
+        ``split_utf8``, ``delay_newline``), every other matching content fault in the queue applies to the same
         request too (in queue order: e.g. two injected lines in one stream). Connection faults
         (stall, resets, cuts, status…) are never combined: each one takes a request of its own.
 
@@ -169,8 +180,7 @@ class FaultQueue:
                 ]
             for f in taken:
                 f.count -= 1
-                if f.count <= 0:
-                    self._faults.remove(f)
+            self._faults = [f for f in self._faults if f.count > 0]
             return taken
 
     def pending(self) -> list[Fault]:

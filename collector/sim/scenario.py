@@ -158,7 +158,8 @@ def dump_steps(steps: Iterable[Step]) -> list[dict]:
             d.update(copy.deepcopy(s.payload))
         elif s.op == "fault":
             f: Fault = s.payload
-            d["fault"] = {"kind": f.kind, "verb": f.verb, "action": f.action, "count": f.count, **{k: v for k, v in f.params.items() if v is not None}}
+            params = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in f.params.items() if v is not None}
+            d["fault"] = {"kind": f.kind, "verb": f.verb, "action": f.action, "count": f.count, **params}
             if f.namespace:
                 d["fault"]["namespace"] = f.namespace
         elif s.op == "bookmark" and s.payload:

@@ -921,26 +921,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if action == "stall":
             self._stall(float(fault.seconds))
-        reset_at = int(fault.after_events) if action == "reset_mid_stream" else None
-        cut_at = int(fault.after_events) if action == "cut_mid_event" else None
-        injects = [(int(f.after_events), bytes(f.raw)) for f in content if f.action == "inject_line"]
-        injects.sort(key=lambda t: t[0])  # stable: queue order among equal positions
-        splits = [f for f in content if f.action == "split_utf8"]
-        split_pending = bool(splits)
-        pause_s = float(splits[0].pause_s) if splits else 0.0
+        plan = _StreamPlan.from_faults(fault, content)
         started = time.monotonic()
         pre_deadline_bm = w.deadline - 2.0 if w.allow_bookmarks and w.deadline - started > 2.0 else None
         interval = sim.bookmark_interval_s if w.allow_bookmarks else None
         next_periodic = started + interval if interval else None
-        written = 0
         while True:
-            if reset_at is not None and written >= reset_at:
+            if plan.reset_at is not None and plan.written >= plan.reset_at:
                 self._abort("rst")
-            if injects and written >= injects[0][0]:  # injected lines go out as soon as due
-                pending = bytearray()
-                while injects and written >= injects[0][0]:
-                    pending += injects.pop(0)[1] + b"\n"
-                self.wfile.write(wire.chunk(bytes(pending)))
+            due = plan.due_injects()
+            if due:  # injected lines go out as soon as due
+                self.wfile.write(wire.chunk(due))
             now = time.monotonic()
             if now >= w.deadline:
                 break
@@ -958,35 +949,84 @@ class _Handler(BaseHTTPRequestHandler):
                 if wire.peer_closed(sock):
                     raise _ConnectionDone()
                 continue
-            buf = bytearray()
-            for item in items:
-                line = self._encode(w, item)
-                while injects and written >= injects[0][0]:
-                    buf += injects.pop(0)[1] + b"\n"
-                if reset_at is not None and written >= reset_at:
-                    break
-                if cut_at is not None and written >= cut_at:
-                    if buf:  # complete events reach the client in complete chunks
-                        self.wfile.write(wire.chunk(bytes(buf)))
-                    half = line[: max(1, len(line) // 2)]
-                    if fault.mid_chunk:  # chunk header announces the whole event, FIN inside it
-                        self.wfile.write(b"%x\r\n" % len(line) + half)
-                    else:  # a well-formed chunk holding half the event, then FIN
-                        self.wfile.write(wire.chunk(half))
-                    self._abort("fin")
-                if split_pending and any(b >= 0x80 for b in line):
-                    lead = next(i for i, b in enumerate(line) if b >= 0xC0)
-                    self.wfile.write(wire.chunk(bytes(buf) + line[: lead + 1]))
-                    time.sleep(pause_s)
-                    buf = bytearray(line[lead + 1 :])
-                    split_pending = False
-                    written += 1
-                    continue
-                buf += line
-                written += 1
-            if buf:
-                self.wfile.write(wire.chunk(bytes(buf)))
+            self._write_batch(w, items, plan)
         self.wfile.write(wire.LAST_CHUNK)
+
+    def _write_batch(self, w: Watcher, items: list[WatchItem], plan: "_StreamPlan") -> None:
+        """Write queued events as one chunk (like the apiserver's flush-when-empty), applying
+        the per-event faults of ``plan`` (cut, reset, UTF-8 split, late newline, injections)."""
+        buf = bytearray()
+        for item in items:
+            line = self._encode(w, item)
+            buf += plan.due_injects()
+            if plan.reset_at is not None and plan.written >= plan.reset_at:
+                break  # the loop resets the connection after this chunk
+            if plan.cut_at is not None and plan.written >= plan.cut_at:
+                if buf:  # complete events reach the client in complete chunks
+                    self.wfile.write(wire.chunk(bytes(buf)))
+                half = line[: max(1, len(line) // 2)]
+                if plan.cut_mid_chunk:  # the chunk header announces the whole event, FIN inside it
+                    self.wfile.write(b"%x\r\n" % len(line) + half)
+                else:  # a well-formed chunk holding half the event, then FIN
+                    self.wfile.write(wire.chunk(half))
+                self._abort("fin")
+            plan.written += 1
+            if plan.split_utf8 is not None and any(b >= 0x80 for b in line):
+                lead = next(i for i, b in enumerate(line) if b >= 0xC0)
+                self.wfile.write(wire.chunk(bytes(buf) + line[: lead + 1]))
+                time.sleep(plan.split_utf8)
+                buf = bytearray(line[lead + 1 :])
+                plan.split_utf8 = None
+                continue
+            if plan.delay_newline is not None:
+                self.wfile.write(wire.chunk(bytes(buf) + line[:-1]))
+                time.sleep(plan.delay_newline)
+                buf = bytearray(b"\n")
+                plan.delay_newline = None
+                continue
+            buf += line
+        if buf:
+            self.wfile.write(wire.chunk(bytes(buf)))
+
+
+@dataclass
+class _StreamPlan:
+    """Per-watch fault state: where to reset/cut, pending injected lines and one-shot splits.
+
+    ``written`` counts event lines written so far (injected lines excluded).
+    """
+
+    reset_at: int | None = None
+    cut_at: int | None = None
+    cut_mid_chunk: bool = False
+    injects: list[tuple[int, bytes]] = field(default_factory=list)
+    split_utf8: float | None = None  # pause (s) between the halves; None = no split pending
+    delay_newline: float | None = None
+    written: int = 0
+
+    @classmethod
+    def from_faults(cls, fault: Fault | None, content: list[Fault]) -> "_StreamPlan":
+        action = fault.action if fault is not None else None
+        plan = cls(
+            reset_at=int(fault.after_events) if action == "reset_mid_stream" else None,
+            cut_at=int(fault.after_events) if action == "cut_mid_event" else None,
+            cut_mid_chunk=bool(fault.mid_chunk) if action == "cut_mid_event" else False,
+        )
+        for f in content:
+            if f.action == "inject_line":
+                plan.injects.append((int(f.after_events), bytes(f.raw)))
+            elif f.action == "split_utf8" and plan.split_utf8 is None:
+                plan.split_utf8 = float(f.pause_s)
+            elif f.action == "delay_newline" and plan.delay_newline is None:
+                plan.delay_newline = float(f.pause_s)
+        plan.injects.sort(key=lambda t: t[0])  # stable: queue order among equal positions
+        return plan
+
+    def due_injects(self) -> bytes:
+        out = bytearray()
+        while self.injects and self.written >= self.injects[0][0]:
+            out += self.injects.pop(0)[1] + b"\n"
+        return bytes(out)
 
 
 class _Answered(Exception):
