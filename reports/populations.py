@@ -78,8 +78,12 @@ def _overlaps(valid_from, valid_to, scope: Scope):
     return and_(valid_from < scope.to_ns, or_(valid_to.is_(None), valid_to > scope.from_ns))
 
 
-def _in_clusters(column, scope: Scope):
+def in_clusters(column, scope: Scope):
+    """WHERE clause: ``column`` is one of the scope's clusters (always true when the scope names none)."""
     return column.in_(scope.clusters) if scope.clusters else literal(True)
+
+
+_in_clusters = in_clusters
 
 
 def _in_namespaces(column, scope: Scope):

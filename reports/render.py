@@ -225,7 +225,7 @@ class _Collector:
 def _device_class_changes(session: Session, scope: pop.Scope) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(DeviceClass versions observed in the period, DeviceClasses in force during it)."""
     ov = ObjectVersion
-    cluster_ok = ov.cluster.in_(scope.clusters) if scope.clusters else True
+    cluster_ok = pop.in_clusters(ov.cluster, scope)
     rows = session.execute(select(ov.id, ov.cluster, ov.name, ov.uid, ov.resource_version, ov.event_type,
                                   ov.observed_at, ov.content_hash, ov.raw)
                            .where(ov.kind == "DeviceClass", cluster_ok, ov.observed_at < ns_to_dt(scope.to_ns))
