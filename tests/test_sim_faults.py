@@ -299,3 +299,31 @@ def test_delay_newline_sends_the_event_end_in_a_later_chunk(srv, core):
     srv.add_fault(Fault(kind="Pod", verb="watch", action="delay_newline", pause_s=0.1))
     [e] = list(kubernetes.watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=1))
     assert e["object"].metadata.name == "a"
+
+
+def test_outage_refuses_connections_then_serves_on_the_same_port(srv, core):
+    older = srv.apply(make_pod("a", "ml"))["metadata"]["resourceVersion"]
+    rv = srv.apply(make_pod("b", "ml"))["metadata"]["resourceVersion"]
+    got, errors = [], []
+
+    def watch():
+        try:
+            for e in kubernetes.watch.Watch().stream(core.list_pod_for_all_namespaces, resource_version=rv, timeout_seconds=30):
+                got.append(e)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    assert srv.wait_for_watches(1)
+    port = srv.port
+    srv.outage(0.5)
+    t.join(3)
+    assert not t.is_alive() and got == [] and isinstance(errors[0], urllib3.exceptions.ProtocolError)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=1)
+    time.sleep(0.8)
+    assert srv.port == port and [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["a", "b"]
+    # a restarted apiserver rebuilt its watch cache: older resume points are gone
+    resp = core.list_pod_for_all_namespaces(watch=True, resource_version=older, timeout_seconds=1, _preload_content=False)
+    assert json.loads(resp.data.decode().splitlines()[0])["object"]["code"] == 410

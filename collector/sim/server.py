@@ -203,29 +203,70 @@ class FakeApiServer:
         self._stopping = threading.Event()
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
+        self._port: int | None = None
+        self._outage_timer: threading.Timer | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> "FakeApiServer":
         """Bind 127.0.0.1 on a free port and serve in background threads; returns self."""
-        if self._httpd is not None:
+        if self._httpd is not None or self._port is not None:
             raise RuntimeError("FakeApiServer already started")
-        handler = type("_BoundHandler", (_Handler,), {"sim": self})
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        httpd.daemon_threads = True
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.name = f"fake-apiserver:{self.port}"
-        self._thread.start()
+        self._listen(0)
         return self
 
     def stop(self) -> None:
         """Close all watches and connections and stop listening (idempotent)."""
+        if self._outage_timer is not None:
+            self._outage_timer.cancel()
+        self._close_all_sockets(graceful=True)
+
+    def go_down(self) -> None:
+        """The apiserver process dies: open connections are closed (FIN, no terminating chunk
+        on watches) and new connections are refused until :meth:`come_up`."""
         if self._httpd is None:
+            raise RuntimeError("FakeApiServer is not serving")
+        self._close_all_sockets(graceful=False)
+
+    def come_up(self) -> None:
+        """Serve again on the same port after :meth:`go_down`. Like a restarted apiserver, the
+        watch history restarts at the current RV (older resume points get 410)."""
+        if self._httpd is not None:
             return
-        self._stopping.set()
-        self._cache.close_all("shutdown")
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if self._port is None:
+            raise RuntimeError("FakeApiServer was never started")
+        with self._storage.lock:
+            self._cache.forget(self._storage.rv)
+        self._stopping.clear()
+        self._listen(self._port)
+
+    def outage(self, seconds: float) -> None:
+        """:meth:`go_down` now and :meth:`come_up` after ``seconds`` (in a timer thread)."""
+        self.go_down()
+        self._outage_timer = threading.Timer(seconds, self.come_up)
+        self._outage_timer.daemon = True
+        self._outage_timer.start()
+
+    def _listen(self, port: int) -> None:
+        handler = type("_BoundHandler", (_Handler,), {"sim": self})
+        httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        httpd.daemon_threads = True
+        self._httpd = httpd
+        self._port = httpd.server_address[1]
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.name = f"fake-apiserver:{self._port}"
+        self._thread.start()
+
+    def _close_all_sockets(self, graceful: bool) -> None:
+        """Stop listening and drop every connection; ``graceful`` ends watches with the
+        terminating chunk first (apiserver shutdown), otherwise they just lose the socket."""
+        httpd = self._httpd
+        if httpd is None:
+            return
+        self._httpd = None
+        if graceful:
+            self._cache.close_all("shutdown")
+        httpd.shutdown()
+        httpd.server_close()
         with self._conns_lock:
             conns = list(self._conns)
         for sock in conns:
@@ -233,9 +274,10 @@ class FakeApiServer:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self._stopping.set()
+        self._cache.close_all("shutdown")
         if self._thread:
             self._thread.join(timeout=5)
-        self._httpd = None
 
     def __enter__(self) -> "FakeApiServer":
         return self.start()
@@ -245,9 +287,10 @@ class FakeApiServer:
 
     @property
     def port(self) -> int:
-        if self._httpd is None:
+        """The TCP port (kept across :meth:`go_down`/:meth:`come_up`)."""
+        if self._port is None:
             raise RuntimeError("FakeApiServer not started")
-        return self._httpd.server_address[1]
+        return self._port
 
     @property
     def url(self) -> str:
