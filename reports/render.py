@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 HTML_ROW_LIMIT = 200  # rows per table in the HTML/PDF; full populations are in data/
+TIMELINE_GPU_LIMIT = 120  # lanes drawn in the HTML/PDF (WeasyPrint lays out every SVG rect); rest in data/
 CHANGE_COLUMNS = ("change_type", "cluster", "subject", "at", "at_ns", "from_value", "to_value", "detail", "source_id")
 CHUNK_BYTES = 1 << 20
 
@@ -413,7 +414,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "counts": counts,
         "clock_skew_tolerance_s": clock_skew_s,
     }
-    svgs = [Markup(s) for s in timeline_svgs(col.bars, scope.from_ns, scope.to_ns)]
+    drawn_gpus = _timeline_gpus(col.bars, segments)
+    svgs = [Markup(s) for s in timeline_svgs([b for b in col.bars if b.physical_gpu_uuid in drawn_gpus],
+                                             scope.from_ns, scope.to_ns)]
     gpus = sorted(col.gpus.values(), key=lambda g: (g["cluster"], g["node"] or "", g["uuid"]))
     for g in gpus:
         g["driver_versions"] = ", ".join(sorted(g["driver_versions"])) or "—"
@@ -425,7 +428,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "sections": SECTIONS, "controls": controls_document(False)["controls"], "limit": HTML_ROW_LIMIT,
         "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps,
         "gpus": gpus, "migs": migs, "device_classes": device_classes,
-        "svgs": svgs, "legend": legend(col.bars), "claims": len({b.claim_uid for b in col.bars}),
+        "svgs": svgs, "legend": legend(col.bars), "timeline_omitted": len({b.physical_gpu_uuid for b in col.bars}) - len(drawn_gpus), "claims": len({b.claim_uid for b in col.bars}),
         "segments": [s.row() for s in segments], "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
         "findings": findings, "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
@@ -439,6 +442,14 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "not_evidenced": [c for c in CONTROLS if c["status"] == "not evidenced"],
     }
     return context, meta
+
+
+def _timeline_gpus(bars: list[Bar], segments) -> set[str]:
+    """GPUs drawn in the timeline: those shared across tenants first, then by node and UUID, up to the limit."""
+    nodes = {b.physical_gpu_uuid: b.node_name or "" for b in bars}
+    shared = sorted({s.physical_gpu_uuid for s in segments if s.cross_tenant}, key=lambda g: (nodes.get(g, ""), g))
+    rest = sorted(set(nodes) - set(shared), key=lambda g: (nodes[g], g))
+    return set((shared + rest)[:TIMELINE_GPU_LIMIT])
 
 
 def _count_by(rows: list[dict[str, Any]], key: str, order: dict[str, int]) -> list[tuple[str, int]]:
