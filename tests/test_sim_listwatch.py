@@ -372,3 +372,30 @@ def test_streaming_list_ends_initial_events_with_annotated_bookmark(core):
         core.list_pod_for_all_namespaces(watch=True, send_initial_events=True, resource_version_match="NotOlderThan",
                                          _preload_content=False)
     assert info.value.status == 422
+
+
+def test_periodic_bookmarks_and_age_based_history():
+    with FakeApiServer(bookmark_interval_s=0.3, history_max_age_s=0.4) as srv:
+        api = kubernetes.client.CoreV1Api(_client(srv))
+        old = srv.apply(make_pod("a", "ml"))["metadata"]["resourceVersion"]
+        srv.apply(make_pod("b", "ml"))
+        got = [e["type"] for e in kubernetes.watch.Watch().stream(api.list_pod_for_all_namespaces, resource_version=old,
+                                                                  allow_watch_bookmarks=True, timeout_seconds=1)]
+        assert got[0] == "ADDED" and got[1:] in (["BOOKMARK"] * 3, ["BOOKMARK"] * 2)
+        # by now both writes are older than 0.4 s: the history no longer covers them
+        resp = api.list_pod_for_all_namespaces(watch=True, resource_version=old, timeout_seconds=1, _preload_content=False)
+        assert json.loads(resp.data.decode().splitlines()[0])["object"]["message"] == (
+            f"too old resource version: {old} ({srv.current_rv})")
+
+
+def test_periodic_etcd_compaction_expires_continue_tokens():
+    with FakeApiServer(compaction_interval_s=0.3) as srv:
+        api = kubernetes.client.CoreV1Api(_client(srv))
+        for i in range(3):
+            srv.apply(make_pod(f"p{i}", "ml"))
+        page = api.list_pod_for_all_namespaces(limit=1)
+        srv.apply(make_pod("later", "ml"))
+        time.sleep(0.75)  # two ticks: the second compacts past the page's snapshot
+        with pytest.raises(ApiException) as info:
+            api.list_pod_for_all_namespaces(limit=1, _continue=page.metadata._continue)
+        assert info.value.status == 410

@@ -156,6 +156,10 @@ class FakeApiServer:
             without the WatchList feature (§10).
         kube_version: ``gitVersion`` reported by ``/version``.
         initial_rv: the global counter before the first write (>= 1; real etcd is never at 0).
+        compaction_interval_s: compact etcd periodically like kube-apiserver does (every 5 min by
+            default there): each tick compacts to the RV seen at the previous tick, so Exact lists
+            and continue tokens older than one interval get 410; the watch history is unaffected.
+            None (default) = only :meth:`compact`.
 
     Raises:
         ValueError: unknown served version, bad limits.
@@ -175,6 +179,7 @@ class FakeApiServer:
         watch_list: bool = False,
         kube_version: str = "v1.34.2",
         initial_rv: int = 1,
+        compaction_interval_s: float | None = None,
     ) -> None:
         bad = [v for v in served_resource_versions if v not in RESOURCE_VERSIONS_BEST_FIRST]
         if bad or not served_resource_versions:
@@ -200,11 +205,14 @@ class FakeApiServer:
         self._requests_lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
+        self._stopping = threading.Event()  # set while down: ends stalls
+        self._closed = threading.Event()  # set by stop(): ends background threads
         self._conns: set[socket.socket] = set()
         self._conns_lock = threading.Lock()
         self._port: int | None = None
         self._outage_timer: threading.Timer | None = None
+        self.compaction_interval_s = compaction_interval_s
+        self._compactor: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> "FakeApiServer":
@@ -212,10 +220,20 @@ class FakeApiServer:
         if self._httpd is not None or self._port is not None:
             raise RuntimeError("FakeApiServer already started")
         self._listen(0)
+        if self.compaction_interval_s:
+            self._compactor = threading.Thread(target=self._compact_periodically, name="fake-etcd-compactor", daemon=True)
+            self._compactor.start()
         return self
+
+    def _compact_periodically(self) -> None:
+        previous = self._storage.rv
+        while not self._closed.wait(self.compaction_interval_s):
+            self._storage.compact(previous)
+            previous = self._storage.rv
 
     def stop(self) -> None:
         """Close all watches and connections and stop listening (idempotent)."""
+        self._closed.set()
         if self._outage_timer is not None:
             self._outage_timer.cancel()
         self._close_all_sockets(graceful=True)
