@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import random
-import string
 import uuid
 from datetime import timedelta
 

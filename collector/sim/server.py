@@ -22,6 +22,7 @@ import base64
 import copy
 import io
 import json
+import logging
 import random
 import socket
 import threading
@@ -42,7 +43,7 @@ from collector.sim.kinds import (
     KindInfo,
     kind_info,
 )
-from collector.sim.selectors import Filter, SelectorError, parse_field_selector, parse_label_selector
+from collector.sim.selectors import FieldRequirement, Filter, SelectorError, parse_field_selector, parse_label_selector
 from collector.sim.storage import Compacted, Storage
 from collector.sim.watchcache import (
     INITIAL_EVENTS_END,
@@ -52,6 +53,8 @@ from collector.sim.watchcache import (
     WatchItem,
     transition,
 )
+
+log = logging.getLogger(__name__)
 
 CONTINUE_EXPIRED_MESSAGE = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new "
@@ -541,8 +544,15 @@ class _Handler(BaseHTTPRequestHandler):
             pass
         except _ConnectionDone:
             self.close_connection = True
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, OSError):
+        except OSError:  # the client went away (broken pipe, reset…)
             self.close_connection = True
+        except Exception as exc:  # a bug in the sim: keep the traceback, answer 500 if still possible
+            log.exception("fake apiserver failed on %s %s", method, self.path)
+            self.close_connection = True
+            try:
+                self._send_status(500, f"fake apiserver bug: {type(exc).__name__}: {exc}", "InternalError")
+            except Exception:  # noqa: BLE001 - headers may already be on the wire
+                pass
 
     def _send_bytes(self, code: int, body: bytes, content_type: str, headers: dict | None = None) -> None:
         self.send_response(code)
@@ -808,8 +818,6 @@ class _Handler(BaseHTTPRequestHandler):
             if any(f.op != "=" or f.value != name for f in pinned):
                 raise _HttpError(400, "fieldSelector metadata.name doesn't match requested name")
             if not pinned:
-                from collector.sim.selectors import FieldRequirement
-
                 fields = fields + (FieldRequirement("metadata.name", "=", name),)
         return Filter(info, namespace, labels, fields)
 
