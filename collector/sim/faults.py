@@ -67,6 +67,8 @@ class Fault:
 
     Args:
         kind: kind the request targets (``"Pod"``, ``"ResourceClaim"``…); None = any kind.
+            ``"discovery"`` targets discovery GETs (``/version``, ``/api``, ``/apis/…``), which
+            only take ``status`` and ``reset_before_headers`` faults and only when named so.
         verb: ``"watch"`` | ``"list"`` | ``"get"`` | ``"create"`` | ``"update"`` | ``"delete"``
             | ``"any"``. A fault only matches requests its action applies to (e.g. ``split_utf8``
             only watches), whatever ``verb`` says.
