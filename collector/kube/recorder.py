@@ -257,13 +257,14 @@ class Recorder:
             })
         if not rows:
             return 0
-        ins = (postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert)(ObjectVersion)
+        table = ObjectVersion.__table__
+        ins = (postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert)(table)
+        stmt = ins.on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
+            table.c.id, table.c.uid, table.c.resource_version, table.c.event_type)
         by_key = {(r["uid"], r["resource_version"], r["event_type"]): r for r in rows}
-        result = []
-        for chunk in _chunks(rows, 500):  # multi-row VALUES; RETURNING gives only the new rows
-            stmt = ins.values(chunk).on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
-                ObjectVersion.id, ObjectVersion.uid, ObjectVersion.resource_version, ObjectVersion.event_type)
-            result.extend(s.execute(stmt).all())
+        # Core executemany ("insertmanyvalues" batches); RETURNING yields only the rows inserted, so
+        # replays are recognised by their key and get no ledger entry or projection update.
+        result = s.execute(stmt, rows).all()
         inserted: list[dict] = []
         for new_id, uid, rv, et in result:
             row = by_key.get((uid, rv, et))

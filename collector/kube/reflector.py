@@ -100,7 +100,8 @@ class ReflectorSettings:
     ``watch_timeout_s`` is the server-side ``timeoutSeconds`` (jittered up to 2x like client-go);
     ``read_timeout_s`` the client-side bound on a silent socket (must exceed the server's bookmark
     interval, ~60 s on a real API server); backoff is ``initial * 2**n`` capped at ``max``, with
-    full jitter, reset after ``backoff_reset_s`` without failure.
+    full jitter, reset after ``backoff_reset_s`` without failure. A resumed watch that stays open
+    ``resume_confirm_s`` without an ERROR counts as synced (a too-old RV is refused at once).
     """
 
     list_page_size: int = 500
@@ -111,6 +112,7 @@ class ReflectorSettings:
     backoff_max_s: float = 30.0
     backoff_reset_s: float = 120.0
     batch_max_events: int = 500
+    resume_confirm_s: float = 1.0
 
 
 class _Expired(Exception):
@@ -185,6 +187,8 @@ class Reflector:
         self._response: Any = None
         self._pending_rv: str | None = None
         self._relisting = False
+        self._resume_refused = False
+        self._confirm_lock = threading.Lock()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -293,10 +297,15 @@ class Reflector:
                 raise _Expired(f"HTTP 410 on watch from resourceVersion {self.resume_rv}") from None
             raise
         self._response = resp
+        confirm = None
         if not self.synced.is_set():
-            # Resumed from a stored resume point: the server accepted it, nothing was lost.
-            self.sink.submit_synced(self.spec, self.resume_rv, now_ns())
-            self.synced.set()
+            self._resume_refused = False
+            # Resuming from a stored resume point: a too-old RV is refused with an ERROR event
+            # *inside* the 200 stream, so the resume counts as synced only after a first
+            # non-ERROR event, or once the stream has stayed open without one for a moment.
+            confirm = threading.Timer(self.settings.resume_confirm_s, self._confirm_resume, args=(self.resume_rv,))
+            confirm.daemon = True
+            confirm.start()
         pending: list[ObservedEvent] = []
         position = 0
         try:
@@ -314,6 +323,8 @@ class Reflector:
             self._flush(pending)  # complete events before the failure are kept
             raise _StreamError(f"watch stream broke: {exc}") from None
         finally:
+            if confirm is not None:
+                confirm.cancel()
             self._response = None
             try:
                 resp.release_conn()
@@ -332,7 +343,11 @@ class Reflector:
         except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             self._quarantine(line.decode("utf-8", "replace"), f"watch line is not a valid event: {exc}", f"watch@{self.resume_rv}+{position}")
             return
+        if event_type != "ERROR":
+            self._confirm_resume(self.resume_rv)
         if event_type == "ERROR":
+            with self._confirm_lock:
+                self._resume_refused = True
             self._flush(pending)
             code = obj.get("code")
             message = obj.get("message", "")
@@ -362,6 +377,14 @@ class Reflector:
         if rv:
             self.resume_rv = rv
             self._pending_rv = rv
+
+    def _confirm_resume(self, rv: str | None) -> None:
+        """The server accepted our stored resume point: nothing was lost, the kind is synced."""
+        with self._confirm_lock:
+            if self.synced.is_set() or self._resume_refused or rv is None:
+                return
+            self.sink.submit_synced(self.spec, rv, now_ns())
+            self.synced.set()
 
     def _flush(self, pending: list[ObservedEvent]) -> None:
         """Hand the pending events (or, if none were kept, the advanced resume point) to the sink."""

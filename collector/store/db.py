@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
@@ -50,6 +52,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         UserError: bad URL or unsupported backend (connection is not attempted here).
     """
     url = normalise_url(url)
+    kwargs.setdefault("json_serializer", _json_dumps)
     try:
         if url.startswith("sqlite"):
             engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
@@ -59,6 +62,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     except (ArgumentError, NoSuchModuleError) as exc:
         raise UserError(f"database URL cannot be used: {exc}") from None
     return engine
+
+
+def _json_dumps(value: Any) -> str:
+    """JSON columns are written with orjson (several times faster than the standard library)."""
+    return orjson.dumps(value).decode("utf-8")
 
 
 def _configure_sqlite(engine: Engine) -> None:
