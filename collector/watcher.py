@@ -35,14 +35,31 @@ def pod_references_claims(pod: dict[str, Any]) -> bool:
     return bool(spec.get("resourceClaims")) or bool(status.get("extendedResourceClaimStatus"))
 
 
+def client_model(spec: KindSpec) -> type:
+    """The official client's model class for ``spec``.
+
+    The generator names most models ``<Version><Kind>`` (``V1ResourceSlice``); where two API
+    groups define the same kind it prefixes the group (``ResourceV1ResourceClaim``, since core v1
+    also has a ``ResourceClaim`` type).
+
+    Raises:
+        RuntimeError: the installed client has no model for the kind (an incompatible client).
+    """
+    version = spec.version[0].upper() + spec.version[1:]
+    group = (spec.group.split(".")[0].capitalize()) if spec.group else "Core"
+    for name in (f"{version}{spec.kind}", f"{group}{version}{spec.kind}"):
+        model = getattr(kubernetes.client, name, None)
+        if model is not None and hasattr(model, "from_dict"):
+            return model
+    raise RuntimeError(f"the installed kubernetes client has no model for {spec.kind} {spec.api_version}")
+
+
 def model_validator(spec: KindSpec, obj: dict[str, Any]) -> None:
     """Raise if the official client's model for ``spec`` rejects ``obj`` (e.g. a wrongly typed field).
 
     Unknown fields are accepted (models ignore them; we store the raw object anyway).
     """
-    model = getattr(kubernetes.client, spec.model, None)
-    if model is not None:
-        model.from_dict(obj)
+    client_model(spec).from_dict(obj)
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,8 @@ class Watcher:
     def start(self) -> None:
         """Discover the API version, then start reflecting (now, or once elected leader)."""
         self.kinds = watched_kinds(discover_resource_version(self.api))
+        for spec in self.kinds:
+            client_model(spec)  # fail at start, not per object, if the client lacks a model
         log.info("watching %s in cluster %r", ", ".join(f"{k.kind} ({k.api_version})" for k in self.kinds), self.settings.cluster)
         if self.settings.leader_elect:
             self.elector = LeaseElector(self.api, self.settings.lease_namespace, self.settings.lease_name, self.settings.identity,

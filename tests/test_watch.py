@@ -294,3 +294,20 @@ def test_11_invalid_json_and_wrongly_typed_object_quarantined_once(srv, sessions
     wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 2, what="watch continues")
     assert len(quarantined(sessions)) == 2
     assert versions(sessions, "ResourceSlice")[0][1] == good["metadata"]["resourceVersion"]
+
+
+def test_client_models_reject_wrong_types_for_every_kind():
+    from collector.kube.discovery import watched_kinds
+    from collector.watcher import client_model, model_validator
+
+    for version in ("v1", "v1beta2", "v1beta1"):
+        assert all(client_model(spec) for spec in watched_kinds(version))
+    samples = {"DeviceClass": device_class(), "ResourceSlice": gpu_slice("gpu-node-a", [("gpu-0", "GPU-1")]),
+               "ResourceClaim": claim("c"), "Pod": pod("p")}
+    for spec in watched_kinds("v1"):
+        good = samples[spec.kind]
+        good["metadata"].update({"uid": "0b1c", "resourceVersion": "7"})
+        model_validator(spec, good)
+        bad = {**good, "metadata": {**good["metadata"], "generation": "not-a-number"}}
+        with pytest.raises(Exception, match="generation"):
+            model_validator(spec, bad)

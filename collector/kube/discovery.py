@@ -21,10 +21,9 @@ PREFERRED_RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1")
 
 @dataclass(frozen=True)
 class KindSpec:
-    """A watched kind: its group/version, plural, list kind, scope and client model name.
+    """A watched kind: its group/version, plural, list kind and scope.
 
-    ``model`` is the ``kubernetes`` client model class name used to check that an object parses
-    (e.g. ``V1ResourceClaim``); ``collection_path`` is the all-namespaces LIST/WATCH path.
+    ``collection_path`` is the all-namespaces LIST/WATCH path.
     """
 
     kind: str
@@ -41,10 +40,6 @@ class KindSpec:
     def collection_path(self) -> str:
         prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         return f"{prefix}/{self.plural}"
-
-    @property
-    def model(self) -> str:
-        return f"{self.version[0].upper()}{self.version[1:]}{self.kind}"
 
     @property
     def list_kind(self) -> str:

@@ -409,7 +409,7 @@ class Reflector:
             return True
         except Exception as exc:  # noqa: BLE001 - any model rejection is a reason to quarantine
             first = str(exc).strip().splitlines()
-            reason = f"{self.spec.model} does not parse: {' '.join(first[:3])}"
+            reason = f"{self.spec.kind} ({self.spec.api_version}) does not parse with the client's model: {' '.join(first[:3])}"
             self._quarantine(json.dumps(obj, ensure_ascii=False, separators=(",", ":")), reason, position)
             return False
 
