@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "collector.cli.watch",
     "collector.cli.policy",
     "collector.cli.report",
+    "collector.cli.demo",
 ]
 
 
@@ -41,6 +42,10 @@ def cli(log_level: str | None) -> None:
     level = (log_level or os.environ.get("DRAUDIT_LOG_LEVEL") or "WARNING").upper()
     logging.basicConfig(level=getattr(logging, level, logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # WeasyPrint warns on every font when HarfBuzz-Subset is missing (it falls back to fontTools,
+    # with identical output); that is not the user's concern.
+    for noisy in ("weasyprint", "fontTools"):
+        logging.getLogger(noisy).setLevel(max(logging.ERROR, logging.getLogger().level))
 
 
 for _name in COMMAND_MODULES:

@@ -81,22 +81,11 @@ def run_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, databas
                              leader_elect=leader_elect, http_host=http_host, http_port=http_port)
     _engine, sessions = open_store(settings)
     watcher = _build_watcher(settings, sessions, api_server)
-    extra = []
-    try:
-        from collector.ingest.http import ingest_routes
-    except ImportError:  # ingestion not installed in this build
-        ingest_routes = None
-    if ingest_routes is not None:
-        extra = ingest_routes(settings, sessions)
-    http = HttpServer(build_app(watcher.readiness, extra), settings.http_host, settings.http_port)
-    scheduler = None
-    if not no_scheduler:
-        try:
-            from collector.scheduler import build_scheduler
-        except ImportError:
-            build_scheduler = None
-        if build_scheduler is not None:
-            scheduler = build_scheduler(settings, sessions)
+    from collector.ingest.http import ingest_routes
+    from collector.scheduler import build_scheduler
+
+    http = HttpServer(build_app(watcher.readiness, ingest_routes(settings, sessions)), settings.http_host, settings.http_port)
+    scheduler = None if no_scheduler else build_scheduler(settings, sessions)
     http.start()
     click.echo(f"draudit run: HTTP on {settings.http_host}:{http.port}", err=True)
     watcher.start()
