@@ -1,8 +1,8 @@
 """Watcher throughput: events/s from the fake API server to committed rows, and the watch lag.
 
 Method: the fake API server runs in its own process (so the collector does not share a GIL with
-it). Start a watcher on it, stop it, write N changes (ResourceClaim allocations and
-deallocations, realistic v1 objects) while it is down, then start it again: it resumes from its
+it). Start a watcher on it, stop it, write N changes (ResourceClaim lifecycles:
+created, allocated + reserved, released, deleted; realistic v1 objects) while it is down, then start it again: it resumes from its
 stored resourceVersion and receives the N events as one burst. We time from the
 restart to the commit of the last event (rows in object_versions, ledger entries and projections),
 and report the commit lag (receive → commit) percentiles from the recorder's metric at that rate.
@@ -47,12 +47,13 @@ print("URL", srv.url, flush=True)
 for line in sys.stdin:
     cmd = line.split()
     if cmd[0] == "write":
-        for i in range(n):
-            k = i % 50
-            if (claims[k].get("status") or {}).get("allocation"):
-                claims[k] = srv.apply(deallocate(claims[k]))
-            else:
-                claims[k] = srv.apply(allocate(claims[k], [("gpu", f"gpu-{i % 8}")], pods[k], node="node-a"))
+        # Claim lifecycles, as a busy inference cluster produces them: created, allocated and
+        # reserved for a pod, released, deleted (four events per claim).
+        for i in range(n // 4):
+            claim = srv.apply(make_claim(f"job-{i}", "risk-inference"))
+            claim = srv.apply(allocate(claim, [("gpu", f"gpu-{i % 8}")], pods[i % 50], node="node-a"))
+            srv.apply(deallocate(claim))
+            srv.delete("ResourceClaim", f"job-{i}", "risk-inference")
         print("RV", srv.current_rv, flush=True)
     elif cmd[0] == "bookmark":
         srv.send_bookmark()
