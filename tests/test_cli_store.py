@@ -1,0 +1,60 @@
+"""`draudit db` and `draudit ledger verify` as a user runs them: clear one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from sqlalchemy import delete, text, update
+
+from collector.store.models import LedgerEntry, ObjectVersion
+from tests.test_store import _claim, _store_versions, _version_row
+
+
+def draudit(*args: str, env_url: str | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "collector.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_upgrade_downgrade_base_and_upgrade_again(database_url):
+    assert draudit("db", "upgrade", "--database-url", database_url).returncode == 0
+    cur = draudit("db", "current", "--database-url", database_url)
+    assert "up to date" in cur.stdout
+    down = draudit("db", "downgrade", "base", "--database-url", database_url)
+    assert down.returncode == 0 and "revision base" in down.stdout
+    assert "not migrated" in draudit("db", "current", "--database-url", database_url).stdout
+    assert draudit("db", "upgrade", "--database-url", database_url).returncode == 0
+
+
+def test_ledger_verify_exit_codes_name_the_broken_entry(database_url, engine, sessions):
+    inserted = _store_versions(sessions, [_version_row(_claim(str(500 + i))) for i in range(4)])
+    ok = draudit("ledger", "verify", "--database-url", database_url)
+    assert ok.returncode == 0 and "intact: 4 entries" in ok.stdout
+    with sessions.begin() as s:
+        s.execute(update(ObjectVersion).where(ObjectVersion.id == inserted[1]["id"]).values(name="edited-by-hand"))
+    bad = draudit("ledger", "verify", "--database-url", database_url)
+    assert bad.returncode == 1
+    assert f"ledger entry 2 (object_versions key {inserted[1]['id']})" in bad.stdout and "changed" in bad.stdout
+    with sessions.begin() as s:
+        s.execute(update(ObjectVersion).where(ObjectVersion.id == inserted[1]["id"]).values(name=inserted[1]["name"]))
+        s.execute(delete(LedgerEntry).where(LedgerEntry.seq == 3))
+    gone = draudit("ledger", "verify", "--database-url", database_url)
+    assert gone.returncode == 1 and "ledger entry 3" in gone.stdout and "missing" in gone.stdout
+
+
+def test_bad_database_inputs_give_one_line_and_no_traceback(tmp_path, database_url, engine):
+    cases = [
+        ("not a url at all", "is not a URL"),
+        ("mysql://root@127.0.0.1/test", "not supported"),
+        ("postgresql://root@127.0.0.1:1/nowhere", "cannot connect to database"),
+        (f"sqlite:///{tmp_path / 'never-migrated.db'}", "run `draudit db upgrade` first"),
+    ]
+    for url, expected in cases:
+        r = draudit("ledger", "verify", "--database-url", url)
+        assert r.returncode == 2, (url, r.stderr)
+        assert expected in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    r = draudit("ledger", "verify", "--database-url", database_url)
+    assert r.returncode == 2 and "does not know" in r.stderr and "Traceback" not in r.stderr
