@@ -1,8 +1,7 @@
 """Attribution: transaction → pod → claim → request → device → physical GPU, as set-based SQL.
 
-One ``INSERT INTO lineage ... SELECT`` (portable SQLAlchemy Core, CTEs, no Python loop over rows)
-attributes every inference record that has no lineage row yet (or all of them after a history
-correction). Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
+Portable SQLAlchemy Core (CTEs, window functions, temporary tables), no Python loop over rows.
+Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
 
 1. **coverage** — ``t`` must lie in a *synced* coverage interval of ``Pod``, ``ResourceClaim`` and
    ``ResourceSlice`` (a closed ``coverage_intervals`` row ``[started_ns, ended_ns)`` or the open
@@ -39,19 +38,62 @@ claim columns only when exactly one claim served; ``physical_gpu_uuid``/product/
 single GPU resulted (also for ``skew-window``, where it is the candidate, not a verdict).
 ``candidates`` counts the distinct GPUs plus the results without a device record (the pods, for
 ``several-pods``). Rows inside a coverage gap carry only the record's own pod uid.
+
+How a run computes it (``attribute_run``)
+-----------------------------------------
+The rule above is one query (``_verdicts``) over a set of *points* (a time and a pod key: uid or
+namespace/name, plus the logging container). ``lineage_select`` evaluates it with each record as
+its own point (``trace`` uses that). A run over many records evaluates it far fewer times: the
+answer for a key can only change where an interval bound of a row the chain may read (pod states,
+claim refs, reservations, episodes, device states of the episodes' devices, coverage) lies. So per
+key of the batch the run cuts the span ``[min t, max t]`` of its records at those bounds into
+*segments*, evaluates the rule once at each segment's start, and stores the verdict with the
+nearest bounds the chain used on either side (``near_lo`` ≤ start, ``near_hi`` > start). Each record
+then takes its segment's verdict with one interval join; the skew test is made per record
+(``near_lo >= t - skew`` or ``near_hi <= t + precision + skew``), which equals testing every bound
+because no bound lies inside a segment. Both paths share ``_verdicts``; tests hold them equal.
+
+Records are taken in id chunks (``chunk_records``), the per-chunk keys, segments and verdicts
+staged in temporary tables (ANALYZEd on PostgreSQL so the planner knows their size).
+
+Late history (``settle_s``): a record may be attributed before the watcher has committed the
+history of its time (the log shipper was faster than the watch) and get ``no-pod``, ``no-claim``,
+``coverage-gap``... An incremental run therefore also re-evaluates every *non-exact* row whose
+event time is later than ``horizon - settle_s``, where a cluster's horizon is the newest instant up
+to which the watcher knew its history complete for all three kinds (per kind the latest of the open
+interval's start, its last commit or bookmark, and the end of its closed intervals; the minimum
+over kinds). Once the horizon has passed ``t + settle_s`` the row is settled and never revisited
+(bounded work). Only rows whose verdict changed are rewritten (their ``attributed_at`` moves),
+so a run without new records or new history writes nothing. ``exact`` rows are not revisited;
+a history correction is what ``all=True`` is for. A cluster the watcher never recorded has no
+horizon: its rows are settled (coverage cannot start before the first watch).
+
+Concurrency: a run takes a PostgreSQL transaction-scoped advisory lock (``pg_advisory_xact_lock``)
+and, on SQLite, the database write lock as its first statement, so concurrent runs (two
+schedulers, the CLI) queue up; the second sees the first's rows and never collides on the
+``lineage`` primary key.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
 
 from sqlalchemy import (
+    BigInteger,
+    Column,
     ColumnElement,
+    Index,
+    Integer,
+    MetaData,
     Select,
+    String,
+    Table,
     and_,
     case,
+    cast,
     delete,
     distinct,
     exists,
@@ -62,9 +104,12 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    union,
     union_all,
 )
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.functions import FunctionElement
 
 from collector.errors import UserError
 from collector.store.models import (
@@ -81,11 +126,18 @@ from collector.store.models import (
     UTCDateTime,
     WatchState,
 )
-from collector.timeutil import NS_PER_S, ns_to_rfc3339
+from collector.timeutil import NS_PER_S, dt_to_ns, ns_to_rfc3339
 
 STATUSES = ("exact", "ambiguous", "unattributed")
 COVERAGE_KINDS = ("Pod", "ResourceClaim", "ResourceSlice")
 DEFAULT_CLUSTER = "default"
+DEFAULT_SETTLE_S = 600.0
+DEFAULT_CHUNK_RECORDS = 250_000
+# Sentinels for "no bound on this side" (ns since the epoch; far outside any real time, inside BIGINT).
+NEG_INF_NS = -(1 << 62)
+POS_INF_NS = 1 << 62
+# pg_advisory_xact_lock key serialising attribution runs (first 8 bytes of SHA-256("draudit.lineage")).
+LOCK_KEY = int.from_bytes(hashlib.sha256(b"draudit.lineage").digest()[:8], "big", signed=True)
 
 R = InferenceRecord.__table__
 L = Lineage.__table__
@@ -104,6 +156,8 @@ LINEAGE_COLUMNS = (
     "claim_name", "request", "episode_id", "driver", "pool", "device", "device_state_id", "device_uuid",
     "physical_gpu_uuid", "product_name", "mig_profile", "attributed_at",
 )
+# What a point's evaluation yields (status before the per-record skew test), then the nearest bounds.
+VERDICT_COLUMNS = LINEAGE_COLUMNS[1:-1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,14 +165,53 @@ LINEAGE_COLUMNS = (
 # --------------------------------------------------------------------------------------------
 
 
+class _Greatest(FunctionElement):
+    """``greatest(a, b, ...)`` of non-NULL BIGINT arguments (SQLite: the scalar ``max(a, b, ...)``)."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+class _Least(FunctionElement):
+    """``least(a, b, ...)`` of non-NULL BIGINT arguments (SQLite: the scalar ``min(a, b, ...)``)."""
+
+    type = BigInteger()
+    inherit_cache = True
+
+
+@compiles(_Greatest)
+def _greatest_default(element: _Greatest, compiler: Any, **kw: Any) -> str:
+    return f"greatest({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_Greatest, "sqlite")
+def _greatest_sqlite(element: _Greatest, compiler: Any, **kw: Any) -> str:
+    return f"max({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_Least)
+def _least_default(element: _Least, compiler: Any, **kw: Any) -> str:
+    return f"least({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_Least, "sqlite")
+def _least_sqlite(element: _Least, compiler: Any, **kw: Any) -> str:
+    return f"min({compiler.process(element.clauses, **kw)})"
+
+
 def _valid_at(table: Any, t: ColumnElement) -> ColumnElement[bool]:
     """``t`` in ``[valid_from_ns, valid_to_ns)`` (NULL ``valid_to_ns`` = still valid)."""
     return and_(table.c.valid_from_ns <= t, or_(table.c.valid_to_ns.is_(None), t < table.c.valid_to_ns))
 
 
-def _near(bounds: Sequence[ColumnElement], lo: ColumnElement, hi: ColumnElement) -> ColumnElement[int]:
-    """1 when any non-NULL bound lies in ``[lo, hi]``, else 0 (for MAX() aggregation)."""
-    return case((or_(*[and_(b.is_not(None), b >= lo, b <= hi) for b in bounds]), 1), else_=0)
+def _bound_below(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnElement[int]:
+    """The latest non-NULL bound ``<= t`` (``NEG_INF_NS`` if none)."""
+    return _Greatest(*[func.coalesce(case((b <= t, b)), NEG_INF_NS) for b in bounds])
+
+
+def _bound_above(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnElement[int]:
+    """The earliest non-NULL bound ``> t`` (``POS_INF_NS`` if none)."""
+    return _Least(*[func.coalesce(case((b > t, b)), POS_INF_NS) for b in bounds])
 
 
 def _only(value: ColumnElement) -> ColumnElement:
@@ -129,8 +222,8 @@ def _only(value: ColumnElement) -> ColumnElement:
     return case((func.min(value) == func.max(value), func.min(value)), else_=null())
 
 
-def _pins_cte(serving_containers: Mapping[str, str]):
-    """The ``serving_containers`` map as rows (namespace, prefix, container); validates the keys."""
+def _check_pins(serving_containers: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """``serving_containers`` as sorted (namespace, prefix, container); validates the keys."""
     rows = []
     for key, container in sorted(serving_containers.items()):
         ns, sep, prefix = key.partition("/")
@@ -139,108 +232,91 @@ def _pins_cte(serving_containers: Mapping[str, str]):
                 f"serving container {key!r}={container!r}: use NAMESPACE/WORKLOAD=CONTAINER, "
                 "e.g. payments/risk-api=triton-sidecar"
             )
-        rows.append(select(literal(ns).label("ns"), literal(prefix).label("prefix"), literal(container).label("container")))
+        rows.append((ns, prefix, container))
+    return rows
+
+
+def _pins_cte(serving_containers: Mapping[str, str]):
+    """The ``serving_containers`` map as rows (namespace, prefix, container)."""
+    rows = [select(literal(ns).label("ns"), literal(prefix).label("prefix"), literal(container).label("container"))
+            for ns, prefix, container in _check_pins(serving_containers)]
     return (union_all(*rows) if len(rows) > 1 else rows[0]).cte("pins")
 
 
-# --------------------------------------------------------------------------------------------
-# The attribution query
-# --------------------------------------------------------------------------------------------
-
-
-def lineage_select(
-    *,
-    all: bool = False,
-    clock_skew_s: float = 2.0,
-    serving_containers: Mapping[str, str] | None = None,
-    cluster: str = DEFAULT_CLUSTER,
-    record_ids: Sequence[int] | None = None,
-    attributed_at: datetime | None = None,
-) -> Select:
-    """The SELECT producing one ``lineage`` row per inference record (columns ``LINEAGE_COLUMNS``).
-
-    Args:
-        all: include records that already have a lineage row (default: only those without).
-        clock_skew_s: tolerance in seconds around every interval bound used (node ↔ API server
-            clock skew plus API seconds truncation, log-formats.md §5.4).
-        serving_containers: ``"namespace/workload-or-pod-prefix" → container``: which container's
-            claims count when the logging container holds none. The part after ``/`` matches a pod
-            name exactly or as a prefix followed by ``-`` (``payments/risk-api`` matches pod
-            ``risk-api-7d9f8c-x2x9z``); the longest matching key wins.
-        cluster: the cluster of records whose ``cluster`` is NULL (``DRAUDIT_CLUSTER``).
-        record_ids: restrict to these ``inference_records.id`` values.
-        attributed_at: the aware UTC time written to ``attributed_at`` (default: now).
-
-    Raises:
-        UserError: negative ``clock_skew_s`` or a malformed ``serving_containers`` key.
-    """
+def _skew_ns(clock_skew_s: float) -> int:
     if clock_skew_s < 0:
         raise UserError(f"clock skew {clock_skew_s} s: must be a non-negative number of seconds (--clock-skew-s)")
-    skew_ns = int(round(clock_skew_s * NS_PER_S))
-    attributed_at = attributed_at or datetime.now(timezone.utc)
+    return int(round(clock_skew_s * NS_PER_S))
 
-    # rec: the records to attribute, their effective cluster and whether t is outside coverage.
-    rec_cluster = func.coalesce(R.c.cluster, literal(cluster))
+
+def _in_gap(cluster: ColumnElement, t: ColumnElement) -> ColumnElement[int]:
+    """1 when ``t`` is outside the synced coverage of any of ``COVERAGE_KINDS`` in ``cluster``, else 0."""
     uncovered = []
     for kind in COVERAGE_KINDS:
-        closed = exists().where(CI.c.cluster == rec_cluster, CI.c.kind == kind, CI.c.state == "synced",
-                                CI.c.started_ns <= R.c.event_time_ns, R.c.event_time_ns < CI.c.ended_ns)
-        open_ = exists().where(WS.c.cluster == rec_cluster, WS.c.kind == kind, WS.c.state == "synced",
-                               WS.c.state_since_ns <= R.c.event_time_ns)
+        closed = exists().where(CI.c.cluster == cluster, CI.c.kind == kind, CI.c.state == "synced",
+                                CI.c.started_ns <= t, t < CI.c.ended_ns)
+        open_ = exists().where(WS.c.cluster == cluster, WS.c.kind == kind, WS.c.state == "synced",
+                               WS.c.state_since_ns <= t)
         uncovered.append(and_(~closed, ~open_))
-    rec_q = select(
-        R.c.id.label("rec_id"),
-        R.c.event_time_ns.label("t"),
-        # the record's own time interval [t, t + precision), widened by the skew tolerance
-        (R.c.event_time_ns - skew_ns).label("lo"),
-        (R.c.event_time_ns + func.coalesce(R.c.event_time_precision_ns, 1) + skew_ns).label("hi"),
-        rec_cluster.label("cluster"),
-        R.c.pod_uid, R.c.pod_namespace, R.c.pod_name, R.c.container_name,
-        case((or_(*uncovered), 1), else_=0).label("in_gap"),
-    )
-    if not all:
-        rec_q = rec_q.where(~exists().where(L.c.record_id == R.c.id))
-    if record_ids is not None:
-        rec_q = rec_q.where(R.c.id.in_(list(record_ids)))
-    rec = rec_q.cte("rec")
+    return case((or_(*uncovered), 1), else_=0)
 
+
+# --------------------------------------------------------------------------------------------
+# The rule, evaluated at a set of points
+# --------------------------------------------------------------------------------------------
+
+
+def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Select:
+    """The attribution rule (module docstring, steps 1–6 but the skew test) at each point.
+
+    ``points`` has the columns ``pid`` (unique), ``t`` (ns), ``cluster``, ``pod_uid``,
+    ``pod_namespace``, ``pod_name``, ``container_name`` (NULL when unknown) and ``in_gap`` (0/1).
+
+    Returns:
+        A SELECT of ``pid``, ``VERDICT_COLUMNS`` (``status`` not yet downgraded to
+        ``skew-window``), ``near_lo`` (the latest bound ``<= t`` of any row the chain used, or
+        ``NEG_INF_NS``) and ``near_hi`` (the earliest bound ``> t``, or ``POS_INF_NS``).
+    """
+    P = points
     # podcand: candidate pods (by uid, or by namespace/name valid at t), outside coverage gaps.
     ps_any = PS.alias("ps_any")
     by_uid = select(
-        rec.c.rec_id, rec.c.pod_uid.label("pod_uid"), PS.c.namespace, PS.c.name, PS.c.node_name,
-        PS.c.valid_from_ns, PS.c.valid_to_ns, rec.c.lo, rec.c.hi,
+        P.c.pid, P.c.pod_uid.label("pod_uid"), PS.c.namespace, PS.c.name, PS.c.node_name,
+        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t,
     ).select_from(
-        rec.outerjoin(PS, and_(PS.c.cluster == rec.c.cluster, PS.c.pod_uid == rec.c.pod_uid, _valid_at(PS, rec.c.t)))
+        P.outerjoin(PS, and_(PS.c.cluster == P.c.cluster, PS.c.pod_uid == P.c.pod_uid, _valid_at(PS, P.c.t)))
     ).where(
-        rec.c.in_gap == 0, rec.c.pod_uid.is_not(None),
+        P.c.in_gap == 0, P.c.pod_uid.is_not(None),
         or_(PS.c.id.is_not(None),
-            ~exists().where(ps_any.c.cluster == rec.c.cluster, ps_any.c.pod_uid == rec.c.pod_uid)),
+            ~exists().where(ps_any.c.cluster == P.c.cluster, ps_any.c.pod_uid == P.c.pod_uid)),
     )
     by_name = select(
-        rec.c.rec_id, PS.c.pod_uid, PS.c.namespace, PS.c.name, PS.c.node_name,
-        PS.c.valid_from_ns, PS.c.valid_to_ns, rec.c.lo, rec.c.hi,
+        P.c.pid, PS.c.pod_uid, PS.c.namespace, PS.c.name, PS.c.node_name,
+        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t,
     ).select_from(
-        rec.join(PS, and_(PS.c.cluster == rec.c.cluster, PS.c.namespace == rec.c.pod_namespace,
-                          PS.c.name == rec.c.pod_name, _valid_at(PS, rec.c.t)))
-    ).where(rec.c.in_gap == 0, rec.c.pod_uid.is_(None))
+        P.join(PS, and_(PS.c.cluster == P.c.cluster, PS.c.namespace == P.c.pod_namespace,
+                        PS.c.name == P.c.pod_name, _valid_at(PS, P.c.t)))
+    ).where(P.c.in_gap == 0, P.c.pod_uid.is_(None))
     podcand = union_all(by_uid, by_name).cte("podcand")
 
+    pod_bounds = [podcand.c.valid_from_ns, podcand.c.valid_to_ns]
     podagg = select(
-        podcand.c.rec_id,
+        podcand.c.pid,
         # 1 = one pod; 2 = several (counted only when reported, below)
         case((func.min(podcand.c.pod_uid) == func.max(podcand.c.pod_uid), 1), else_=2).label("n_pods"),
         func.min(podcand.c.pod_uid).label("pod_uid"),
         func.min(podcand.c.namespace).label("namespace"),
         func.min(podcand.c.name).label("name"),
         func.min(podcand.c.node_name).label("node_name"),
-        func.max(_near([podcand.c.valid_from_ns, podcand.c.valid_to_ns], podcand.c.lo, podcand.c.hi)).label("near"),
-    ).group_by(podcand.c.rec_id).cte("podagg")
+        func.max(_bound_below(pod_bounds, podcand.c.t)).label("near_lo"),
+        func.min(_bound_above(pod_bounds, podcand.c.t)).label("near_hi"),
+    ).group_by(podcand.c.pid).cte("podagg")
 
-    # podone: records whose pod resolved to exactly one uid.
-    pod_ns = func.coalesce(podagg.c.namespace, rec.c.pod_namespace)
-    pod_name = func.coalesce(podagg.c.name, rec.c.pod_name)
-    own = exists().where(PCC.c.cluster == rec.c.cluster, PCC.c.pod_uid == podagg.c.pod_uid,
-                         PCC.c.container_name == rec.c.container_name)
+    # podone: points whose pod resolved to exactly one uid, with the container whose claims count.
+    pod_ns = func.coalesce(podagg.c.namespace, P.c.pod_namespace)
+    pod_name = func.coalesce(podagg.c.name, P.c.pod_name)
+    own = exists().where(PCC.c.cluster == P.c.cluster, PCC.c.pod_uid == podagg.c.pod_uid,
+                         PCC.c.container_name == P.c.container_name)
     if serving_containers:
         pins = _pins_cte(serving_containers)
         matches = and_(pins.c.ns == pod_ns,
@@ -248,20 +324,19 @@ def lineage_select(
                            func.substr(pod_name, 1, func.length(pins.c.prefix) + 1) == pins.c.prefix + "-"))
         pin_container = (select(pins.c.container).where(matches)
                          .order_by(func.length(pins.c.prefix).desc(), pins.c.prefix).limit(1)
-                         .correlate(rec, podagg).scalar_subquery())
-        pinned_has_claims = exists().where(PCC.c.cluster == rec.c.cluster, PCC.c.pod_uid == podagg.c.pod_uid,
+                         .correlate(P, podagg).scalar_subquery())
+        pinned_has_claims = exists().where(PCC.c.cluster == P.c.cluster, PCC.c.pod_uid == podagg.c.pod_uid,
                                            PCC.c.container_name == pin_container)
-        sel_container = case((own, rec.c.container_name), (pinned_has_claims, pin_container), else_=null())
+        sel_container = case((own, P.c.container_name), (pinned_has_claims, pin_container), else_=null())
     else:
-        sel_container = case((own, rec.c.container_name), else_=null())
+        sel_container = case((own, P.c.container_name), else_=null())
     podone = select(
-        rec.c.rec_id, rec.c.t, rec.c.lo, rec.c.hi, rec.c.cluster, podagg.c.pod_uid,
-        sel_container.label("sel_container"),
-    ).select_from(rec.join(podagg, podagg.c.rec_id == rec.c.rec_id)).where(podagg.c.n_pods == 1).cte("podone")
+        P.c.pid, P.c.t, P.c.cluster, podagg.c.pod_uid, sel_container.label("sel_container"),
+    ).select_from(P.join(podagg, podagg.c.pid == P.c.pid)).where(podagg.c.n_pods == 1).cte("podone")
 
-    # claimreq: (record, claim valid at t, request) for the selected containers' claim references.
+    # claimreq: (point, claim valid at t, request) for the selected containers' claim references.
     claimreq = select(
-        podone.c.rec_id, podone.c.t, podone.c.lo, podone.c.hi, podone.c.cluster, podone.c.pod_uid,
+        podone.c.pid, podone.c.t, podone.c.cluster, podone.c.pod_uid,
         PCR.c.namespace.label("claim_namespace"), PCR.c.claim_name, PCC.c.request.label("ref_request"),
         PCR.c.valid_from_ns.label("ref_from"), PCR.c.valid_to_ns.label("ref_to"),
     ).select_from(
@@ -309,13 +384,14 @@ def lineage_select(
     def served_only(col: ColumnElement) -> ColumnElement:
         return case((served, col))
 
-    # paths: one row per (record, claim reference, reservation, result, device state).
+    # paths: one row per (point, claim reference, reservation, result, device state).
     paths = select(
-        claimreq.c.rec_id,
+        claimreq.c.pid,
         AR.c.id.label("result_id"),
         served_only(gpu).label("gpu"),
         served_only(case((DS.c.id.is_(None), AR.c.id))).label("unresolved_id"),
-        _near(bounds, claimreq.c.lo, claimreq.c.hi).label("near"),
+        _bound_below(bounds, claimreq.c.t).label("near_lo"),
+        _bound_above(bounds, claimreq.c.t).label("near_hi"),
         gpu_only(AR.c.driver + "/" + AR.c.pool + "/" + AR.c.device).label("device_key"),
         gpu_only(AR.c.driver).label("driver"),
         gpu_only(AR.c.pool).label("pool"),
@@ -332,17 +408,18 @@ def lineage_select(
         served_only(AE.c.claim_name).label("claim_name"),
     ).select_from(chain).cte("paths")
 
-    # candidates: the distinct GPUs and the served results without a device record, per record.
-    cand = select(paths.c.rec_id, paths.c.gpu, paths.c.unresolved_id).where(
+    # candidates: the distinct GPUs and the served results without a device record, per point.
+    cand = select(paths.c.pid, paths.c.gpu, paths.c.unresolved_id).where(
         or_(paths.c.gpu.is_not(None), paths.c.unresolved_id.is_not(None))).distinct().subquery("cand")
-    candagg = select(cand.c.rec_id, func.count().label("n_candidates"), func.count(cand.c.gpu).label("n_gpus")
-                     ).group_by(cand.c.rec_id).cte("candagg")
+    candagg = select(cand.c.pid, func.count().label("n_candidates"), func.count(cand.c.gpu).label("n_gpus")
+                     ).group_by(cand.c.pid).cte("candagg")
 
     one_device = func.min(paths.c.device_key) == func.max(paths.c.device_key)
     pathagg = select(
-        paths.c.rec_id,
+        paths.c.pid,
         func.count(paths.c.result_id).label("n_results"),
-        func.max(paths.c.near).label("near"),
+        func.max(paths.c.near_lo).label("near_lo"),
+        func.min(paths.c.near_hi).label("near_hi"),
         _only(paths.c.gpu).label("physical_gpu_uuid"),
         _only(paths.c.product_name).label("product_name"),
         _only(paths.c.mig_profile).label("mig_profile"),
@@ -350,75 +427,433 @@ def lineage_select(
         *[case((one_device, _only(paths.c[col]))).label(col)
           for col in ("driver", "pool", "device", "device_uuid", "device_state_id")],
         *[_only(paths.c[col]).label(col) for col in ("request", "episode_id", "claim_uid", "claim_namespace", "claim_name")],
-    ).group_by(paths.c.rec_id).cte("pathagg")
+    ).group_by(paths.c.pid).cte("pathagg")
 
-    # Final decision, in the order of the chain (coverage first: inside a gap nothing is exact).
+    # Decision, in the order of the chain (coverage first: inside a gap nothing is exact).
     n_results = func.coalesce(pathagg.c.n_results, 0)
     n_gpus = func.coalesce(candagg.c.n_gpus, 0)
     n_candidates = func.coalesce(candagg.c.n_candidates, 0)
-    near = func.coalesce(podagg.c.near, 0) + func.coalesce(pathagg.c.near, 0) > 0
-    decisions: list[tuple[ColumnElement[bool], str, str | None]] = [
-        (rec.c.in_gap == 1, "unattributed", "coverage-gap"),
-        (podagg.c.rec_id.is_(None), "unattributed", "no-pod"),
+    decisions: list[tuple[ColumnElement[bool], str, str]] = [
+        (P.c.in_gap == 1, "unattributed", "coverage-gap"),
+        (podagg.c.pid.is_(None), "unattributed", "no-pod"),
         (podagg.c.n_pods > 1, "ambiguous", "several-pods"),
-        (pathagg.c.rec_id.is_(None), "unattributed", "no-claim"),
+        (pathagg.c.pid.is_(None), "unattributed", "no-claim"),
         (n_results == 0, "unattributed", "no-allocation"),
         (n_gpus == 0, "unattributed", "no-device-record"),
         (n_candidates > 1, "ambiguous", "several-devices"),
-        (near, "ambiguous", "skew-window"),
     ]
     status = case(*[(cond, literal(s)) for cond, s, _ in decisions], else_=literal("exact"))
     reason = case(*[(cond, literal(r)) for cond, _, r in decisions], else_=null())
     one_pod = podagg.c.n_pods == 1
-    n_pods_exact = (select(func.count(distinct(podcand.c.pod_uid))).where(podcand.c.rec_id == rec.c.rec_id)
+    n_pods_exact = (select(func.count(distinct(podcand.c.pod_uid))).where(podcand.c.pid == P.c.pid)
                     .scalar_subquery())
     single_gpu = and_(one_pod, n_gpus == 1)
     one_claim = and_(one_pod, pathagg.c.claim_uid.is_not(None))
+
     def with_gpu(col: ColumnElement) -> ColumnElement:
         return case((single_gpu, col), else_=null())
 
+    def with_claim(col: ColumnElement) -> ColumnElement:
+        return case((one_claim, col), else_=null())
+
     return select(
-        rec.c.rec_id.label("record_id"),
+        P.c.pid,
         status.label("status"),
         reason.label("reason"),
         case((podagg.c.n_pods > 1, n_pods_exact), else_=n_candidates).label("candidates"),
-        case((one_pod, podagg.c.pod_uid), else_=rec.c.pod_uid).label("pod_uid"),
+        case((one_pod, podagg.c.pod_uid), else_=P.c.pod_uid).label("pod_uid"),
         case((one_pod, func.coalesce(podagg.c.node_name, pathagg.c.device_node)), else_=null()).label("node_name"),
-        case((one_claim, pathagg.c.claim_uid), else_=null()).label("claim_uid"),
-        case((one_claim, pathagg.c.claim_namespace), else_=null()).label("claim_namespace"),
-        case((one_claim, pathagg.c.claim_name), else_=null()).label("claim_name"),
-        case((one_claim, pathagg.c.request), else_=null()).label("request"),
-        case((one_claim, pathagg.c.episode_id), else_=null()).label("episode_id"),
-        with_gpu(pathagg.c.driver).label("driver"),
-        with_gpu(pathagg.c.pool).label("pool"),
-        with_gpu(pathagg.c.device).label("device"),
-        with_gpu(pathagg.c.device_state_id).label("device_state_id"),
-        with_gpu(pathagg.c.device_uuid).label("device_uuid"),
-        with_gpu(pathagg.c.physical_gpu_uuid).label("physical_gpu_uuid"),
-        with_gpu(pathagg.c.product_name).label("product_name"),
-        with_gpu(pathagg.c.mig_profile).label("mig_profile"),
-        literal(attributed_at, UTCDateTime()).label("attributed_at"),
+        *[with_claim(pathagg.c[col]).label(col)
+          for col in ("claim_uid", "claim_namespace", "claim_name", "request", "episode_id")],
+        *[with_gpu(pathagg.c[col]).label(col)
+          for col in ("driver", "pool", "device", "device_state_id", "device_uuid", "physical_gpu_uuid",
+                      "product_name", "mig_profile")],
+        _Greatest(func.coalesce(podagg.c.near_lo, NEG_INF_NS), func.coalesce(pathagg.c.near_lo, NEG_INF_NS))
+        .label("near_lo"),
+        _Least(func.coalesce(podagg.c.near_hi, POS_INF_NS), func.coalesce(pathagg.c.near_hi, POS_INF_NS))
+        .label("near_hi"),
     ).select_from(
-        rec.outerjoin(podagg, podagg.c.rec_id == rec.c.rec_id).outerjoin(pathagg, pathagg.c.rec_id == rec.c.rec_id)
-        .outerjoin(candagg, candagg.c.rec_id == rec.c.rec_id)
+        P.outerjoin(podagg, podagg.c.pid == P.c.pid).outerjoin(pathagg, pathagg.c.pid == P.c.pid)
+        .outerjoin(candagg, candagg.c.pid == P.c.pid)
     )
+
+
+def _lineage_row(v: Any, t: ColumnElement, precision: ColumnElement, skew_ns: int,
+                 attributed_at: datetime) -> list[ColumnElement]:
+    """The ``LINEAGE_COLUMNS`` after ``record_id`` from verdict ``v`` for a record at ``t``.
+
+    The skew test (step 6): an ``exact`` verdict becomes ``ambiguous`` / ``skew-window`` when a bound
+    the chain used lies in ``[t - skew, t + precision + skew]``; ``v.near_lo <= t < v.near_hi`` are
+    the nearest such bounds, so two comparisons decide it.
+    """
+    near = or_(v.c.near_lo >= t - skew_ns, v.c.near_hi <= t + func.coalesce(precision, 1) + skew_ns)
+    skewed = and_(v.c.status == "exact", near)
+    return [
+        case((skewed, literal("ambiguous")), else_=v.c.status).label("status"),
+        case((skewed, literal("skew-window")), else_=v.c.reason).label("reason"),
+        *[v.c[col] for col in VERDICT_COLUMNS[2:]],
+        literal(attributed_at, UTCDateTime()).label("attributed_at"),
+    ]
+
+
+def lineage_select(
+    *,
+    all: bool = False,
+    clock_skew_s: float = 2.0,
+    serving_containers: Mapping[str, str] | None = None,
+    cluster: str = DEFAULT_CLUSTER,
+    record_ids: Sequence[int] | None = None,
+    attributed_at: datetime | None = None,
+) -> Select:
+    """The SELECT producing one ``lineage`` row per inference record (columns ``LINEAGE_COLUMNS``).
+
+    Evaluates the rule with each record as its own point (no temporary tables: usable for a few
+    records inside any transaction, e.g. ``trace``); ``attribute_run`` gives the same rows faster.
+
+    Args:
+        all: include records that already have a lineage row (default: only those without).
+        clock_skew_s: tolerance in seconds around every interval bound used (node ↔ API server
+            clock skew plus API seconds truncation, log-formats.md §5.4).
+        serving_containers: ``"namespace/workload-or-pod-prefix" → container``: which container's
+            claims count when the logging container holds none. The part after ``/`` matches a pod
+            name exactly or as a prefix followed by ``-`` (``payments/risk-api`` matches pod
+            ``risk-api-7d9f8c-x2x9z``); the longest matching key wins.
+        cluster: the cluster of records whose ``cluster`` is NULL (``DRAUDIT_CLUSTER``).
+        record_ids: restrict to these ``inference_records.id`` values.
+        attributed_at: the aware UTC time written to ``attributed_at`` (default: now).
+
+    Raises:
+        UserError: negative ``clock_skew_s`` or a malformed ``serving_containers`` key.
+    """
+    skew_ns = _skew_ns(clock_skew_s)
+    attributed_at = attributed_at or datetime.now(timezone.utc)
+    rec_cluster = func.coalesce(R.c.cluster, literal(cluster))
+    points_q = select(
+        R.c.id.label("pid"), R.c.event_time_ns.label("t"), rec_cluster.label("cluster"),
+        R.c.pod_uid, R.c.pod_namespace, R.c.pod_name, R.c.container_name,
+        _in_gap(rec_cluster, R.c.event_time_ns).label("in_gap"),
+    )
+    if not all:
+        points_q = points_q.where(~exists().where(L.c.record_id == R.c.id))
+    if record_ids is not None:
+        points_q = points_q.where(R.c.id.in_(list(record_ids)))
+    points = points_q.cte("points")
+    v = _verdicts(points, serving_containers).cte("verdicts")
+    return select(
+        v.c.pid.label("record_id"),
+        *_lineage_row(v, R.c.event_time_ns, R.c.event_time_precision_ns, skew_ns, attributed_at),
+    ).select_from(v.join(R, R.c.id == v.c.pid))
+
+
+# --------------------------------------------------------------------------------------------
+# The segment timeline (temporary tables, one set per run and connection)
+# --------------------------------------------------------------------------------------------
+
+_TMP = MetaData()
+_KEY_COLUMNS = ("cluster", "k_uid", "k_ns", "k_name", "k_container")
+
+
+def _key_cols() -> list[Column]:
+    return [Column(name, String(253), nullable=False) for name in _KEY_COLUMNS]
+
+
+def _verdict_cols() -> list[Column]:
+    ints = {"candidates": Integer, "episode_id": BigInteger, "device_state_id": BigInteger}
+    return [Column(name, ints.get(name, String(253))) for name in VERDICT_COLUMNS] + [
+        Column("near_lo", BigInteger, nullable=False), Column("near_hi", BigInteger, nullable=False)]
+
+
+# record ids whose non-exact lineage is re-evaluated by this run
+T_REVISIT = Table("draudit_lin_revisit", _TMP, Column("record_id", BigInteger, primary_key=True, autoincrement=False),
+                  prefixes=["TEMPORARY"])
+# one row per pod key of the batch ('' = absent), with the time span of its records
+T_KEYS = Table("draudit_lin_keys", _TMP, Column("kid", BigInteger, primary_key=True, autoincrement=False),
+               *_key_cols(), Column("min_t", BigInteger, nullable=False), Column("max_t", BigInteger, nullable=False),
+               prefixes=["TEMPORARY"])
+# the pods and devices a key may reach (see _key_uids, _key_devices)
+T_KEY_UIDS = Table("draudit_lin_key_uids", _TMP, Column("kid", BigInteger, primary_key=True, autoincrement=False),
+                   Column("cluster", String(253), nullable=False),
+                   Column("uid", String(253), primary_key=True), prefixes=["TEMPORARY"])
+T_KEY_DEVICES = Table("draudit_lin_key_devices", _TMP, Column("kid", BigInteger, nullable=False),
+                      *[Column(c, String(253), nullable=False) for c in ("cluster", "driver", "pool", "device")],
+                      Index("draudit_lin_key_devices_kid", "kid"), prefixes=["TEMPORARY"])
+# one point per segment [t, e) of a key; pod key columns NULL when absent, as _verdicts expects
+T_POINTS = Table("draudit_lin_points", _TMP, Column("pid", BigInteger, primary_key=True, autoincrement=False),
+                 Column("kid", BigInteger, nullable=False), Column("t", BigInteger, nullable=False),
+                 Column("e", BigInteger, nullable=False), Column("cluster", String(253), nullable=False),
+                 Column("pod_uid", String(253)), Column("pod_namespace", String(253)), Column("pod_name", String(253)),
+                 Column("container_name", String(253)), Column("in_gap", Integer, nullable=False),
+                 prefixes=["TEMPORARY"])
+# the verdict of each segment, looked up by (key, time)
+T_TIMELINE = Table("draudit_lin_timeline", _TMP, *_key_cols(), Column("s", BigInteger, nullable=False),
+                   Column("e", BigInteger, nullable=False), *_verdict_cols(),
+                   Index("draudit_lin_timeline_key", *_KEY_COLUMNS, "s"), prefixes=["TEMPORARY"])
+# fresh rows for revisited records, compared with the stored ones before anything is rewritten
+T_FRESH = Table("draudit_lin_fresh", _TMP, Column("record_id", BigInteger, primary_key=True, autoincrement=False),
+                *[Column(name, String(253)) if name not in ("candidates", "episode_id", "device_state_id")
+                  else Column(name, BigInteger) for name in VERDICT_COLUMNS],
+                Column("attributed_at", UTCDateTime()), prefixes=["TEMPORARY"])
+_TEMP_TABLES = (T_REVISIT, T_KEYS, T_KEY_UIDS, T_KEY_DEVICES, T_POINTS, T_TIMELINE, T_FRESH)
+
+
+def _record_key(cluster: str) -> list[ColumnElement]:
+    """A record's pod key, in ``_KEY_COLUMNS`` order ('' for an absent part)."""
+    exprs = [func.coalesce(R.c.cluster, literal(cluster)), func.coalesce(R.c.pod_uid, ""),
+             func.coalesce(R.c.pod_namespace, ""), func.coalesce(R.c.pod_name, ""),
+             func.coalesce(R.c.container_name, "")]
+    return [e.label(name) for e, name in zip(exprs, _KEY_COLUMNS)]
+
+
+def _key_uids() -> Select:
+    """Rows for ``T_KEY_UIDS``: the pods a key may resolve to (its uid, or every pod that had the name)."""
+    K = T_KEYS
+    return union(
+        select(K.c.kid, K.c.cluster, K.c.k_uid.label("uid")).where(K.c.k_uid != ""),
+        select(K.c.kid, K.c.cluster, PS.c.pod_uid.label("uid")).select_from(
+            K.join(PS, and_(PS.c.cluster == K.c.cluster, PS.c.namespace == K.c.k_ns, PS.c.name == K.c.k_name))
+        ).where(K.c.k_uid == ""),
+    )
+
+
+def _key_devices() -> Select:
+    """Rows for ``T_KEY_DEVICES``: the devices allocated to any episode reserved for a key's pods."""
+    KU = T_KEY_UIDS
+    return select(KU.c.kid, KU.c.cluster, AR.c.driver, AR.c.pool, AR.c.device).select_from(
+        KU.join(CC, and_(CC.c.cluster == KU.c.cluster, CC.c.consumer_uid == KU.c.uid))
+        .join(AR, AR.c.episode_id == CC.c.episode_id)
+    ).distinct()
+
+
+def _segment_points() -> Select:
+    """Rows for ``T_POINTS``: each key's span cut at every bound of a row its chain may read.
+
+    Bounds come from the key's pods (``T_KEY_UIDS``): their pod states, claim refs and
+    reservations, the episodes those reservations belong to, the device states of those episodes'
+    devices (``T_KEY_DEVICES``, every pool generation), and the cluster's coverage. Only bounds in
+    ``(min_t, max_t]`` cut; the first segment starts at ``min_t``, the last is open.
+    """
+    K, KU, KD = T_KEYS, T_KEY_UIDS, T_KEY_DEVICES
+
+    def via_uid(table: Any, uid_col: Any) -> Select:
+        return select(KU.c.kid, table.c.valid_from_ns.label("f"), table.c.valid_to_ns.label("u")).select_from(
+            KU.join(table, and_(table.c.cluster == KU.c.cluster, uid_col == KU.c.uid)))
+
+    rows = union_all(
+        via_uid(PS, PS.c.pod_uid),
+        via_uid(PCR, PCR.c.pod_uid),
+        via_uid(CC, CC.c.consumer_uid),
+        select(KU.c.kid, AE.c.valid_from_ns, AE.c.valid_to_ns).select_from(
+            KU.join(CC, and_(CC.c.cluster == KU.c.cluster, CC.c.consumer_uid == KU.c.uid))
+            .join(AE, AE.c.id == CC.c.episode_id)),
+        select(KD.c.kid, DS.c.valid_from_ns, DS.c.valid_to_ns).select_from(
+            KD.join(K, K.c.kid == KD.c.kid).join(
+                DS, and_(DS.c.cluster == KD.c.cluster, DS.c.driver == KD.c.driver, DS.c.pool == KD.c.pool,
+                         DS.c.device == KD.c.device, DS.c.valid_from_ns <= K.c.max_t,
+                         or_(DS.c.valid_to_ns.is_(None), DS.c.valid_to_ns > K.c.min_t)))),
+        select(K.c.kid, CI.c.started_ns, CI.c.ended_ns).select_from(
+            K.join(CI, and_(CI.c.cluster == K.c.cluster, CI.c.kind.in_(COVERAGE_KINDS)))),
+        select(K.c.kid, WS.c.state_since_ns, cast(null(), BigInteger)).select_from(
+            K.join(WS, and_(WS.c.cluster == K.c.cluster, WS.c.kind.in_(COVERAGE_KINDS)))),
+    ).subquery("bound_rows")
+
+    def inside(col: Any) -> Select:
+        return select(rows.c.kid, col.label("b")).select_from(rows.join(K, K.c.kid == rows.c.kid)).where(
+            col > K.c.min_t, col <= K.c.max_t)
+
+    cuts = union(inside(rows.c.f), inside(rows.c.u), select(K.c.kid, K.c.min_t.label("b"))).subquery("cuts")
+    segments = select(
+        cuts.c.kid, cuts.c.b.label("t"),
+        func.lead(cuts.c.b).over(partition_by=cuts.c.kid, order_by=cuts.c.b).label("e"),
+    ).subquery("segments")
+    return select(
+        func.row_number().over(order_by=(segments.c.kid, segments.c.t)).label("pid"),
+        segments.c.kid, segments.c.t, func.coalesce(segments.c.e, POS_INF_NS).label("e"), K.c.cluster,
+        func.nullif(K.c.k_uid, "").label("pod_uid"), func.nullif(K.c.k_ns, "").label("pod_namespace"),
+        func.nullif(K.c.k_name, "").label("pod_name"), func.nullif(K.c.k_container, "").label("container_name"),
+        _in_gap(K.c.cluster, segments.c.t).label("in_gap"),
+    ).select_from(segments.join(K, K.c.kid == segments.c.kid))
+
+
+class _Run:
+    """One attribution run's statements on one connection (temporary tables, then the writes)."""
+
+    def __init__(self, session: Session, *, skew_ns: int, serving_containers: Mapping[str, str] | None,
+                 cluster: str, attributed_at: datetime):
+        self.s = session
+        self.pg = session.get_bind().dialect.name == "postgresql"
+        self.skew_ns = skew_ns
+        self.serving = serving_containers
+        self.cluster = cluster
+        self.attributed_at = attributed_at
+
+    def __enter__(self) -> "_Run":
+        for table in _TEMP_TABLES:
+            self.s.execute(text(f"DROP TABLE IF EXISTS {table.name}"))
+            table.create(self.s.connection())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is None:
+            for table in _TEMP_TABLES:
+                table.drop(self.s.connection())
+
+    def _analyze(self, *tables: Table) -> None:
+        if self.pg:  # temporary tables have no statistics until analysed: the planner would guess
+            for table in tables:
+                self.s.execute(text(f"ANALYZE {table.name}"))
+
+    def build_timeline(self, sources: Sequence[Select]) -> bool:
+        """Fill ``T_KEYS``, ``T_POINTS``, ``T_TIMELINE`` for the records ``sources`` select.
+
+        Each source selects ``_record_key(...)`` + ``event_time_ns``. Returns False when empty.
+        """
+        for table in (T_TIMELINE, T_POINTS, T_KEY_DEVICES, T_KEY_UIDS, T_KEYS):
+            self.s.execute(delete(table))
+        src = union_all(*sources).subquery("batch") if len(sources) > 1 else sources[0].subquery("batch")
+        keys = [src.c[name] for name in _KEY_COLUMNS]
+        t = src.c.t
+        self.s.execute(insert(T_KEYS).from_select(
+            ["kid", *_KEY_COLUMNS, "min_t", "max_t"],
+            select(func.row_number().over(order_by=keys), *keys, func.min(t), func.max(t)).group_by(*keys),
+        ))
+        if self.s.execute(select(T_KEYS.c.kid).limit(1)).first() is None:
+            return False
+        self.s.execute(insert(T_KEY_UIDS).from_select(["kid", "cluster", "uid"], _key_uids()))
+        self.s.execute(insert(T_KEY_DEVICES).from_select(["kid", "cluster", "driver", "pool", "device"],
+                                                         _key_devices()))
+        self._analyze(T_KEYS, T_KEY_UIDS, T_KEY_DEVICES)
+        points = _segment_points()
+        self.s.execute(insert(T_POINTS).from_select([c.name for c in points.selected_columns], points))
+        self._analyze(T_POINTS)
+        v = _verdicts(T_POINTS, self.serving).subquery("v")
+        P = T_POINTS
+        self.s.execute(insert(T_TIMELINE).from_select(
+            [*_KEY_COLUMNS, "s", "e", *VERDICT_COLUMNS, "near_lo", "near_hi"],
+            select(P.c.cluster, *[func.coalesce(c, "") for c in (P.c.pod_uid, P.c.pod_namespace, P.c.pod_name,
+                                                                 P.c.container_name)],
+                   P.c.t, P.c.e, *[v.c[c] for c in (*VERDICT_COLUMNS, "near_lo", "near_hi")])
+            .select_from(P.join(v, v.c.pid == P.c.pid)),
+        ))
+        self._analyze(T_TIMELINE)
+        return True
+
+    def lineage_rows(self, *where: ColumnElement[bool]) -> Select:
+        """``LINEAGE_COLUMNS`` for the records matching ``where``, from their segments' verdicts."""
+        TL = T_TIMELINE
+        t = R.c.event_time_ns
+        on = and_(*[TL.c[name] == expr.element for name, expr in zip(_KEY_COLUMNS, _record_key(self.cluster))],
+                  TL.c.s <= t, t < TL.c.e)
+        return select(
+            R.c.id.label("record_id"),
+            *_lineage_row(TL, t, R.c.event_time_precision_ns, self.skew_ns, self.attributed_at),
+        ).select_from(R.join(TL, on)).where(*where)
+
+    def counts(self, table: Any, *where: ColumnElement[bool]) -> dict[tuple[str, str | None], int]:
+        rows = self.s.execute(select(table.c.status, table.c.reason, func.count()).where(*where)
+                              .group_by(table.c.status, table.c.reason))
+        return {(st, r): n for st, r, n in rows}
+
+    def attribute_new(self, chunk_records: int) -> dict[tuple[str, str | None], int]:
+        """Records without a lineage row, in id chunks of ``chunk_records``; counts written."""
+        lo, hi = self.s.execute(select(func.min(R.c.id), func.max(R.c.id))).one()
+        written: dict[tuple[str, str | None], int] = {}
+        if lo is None:
+            return written
+        for start in range(lo, hi + 1, chunk_records):
+            in_chunk = [R.c.id >= start, R.c.id < start + chunk_records,
+                        ~exists().where(L.c.record_id == R.c.id)]
+            if not self.build_timeline([select(*_record_key(self.cluster), R.c.event_time_ns.label("t")).where(*in_chunk)]):
+                continue
+            self.s.execute(insert(L).from_select(list(LINEAGE_COLUMNS), self.lineage_rows(*in_chunk)))
+            got = self.counts(L, L.c.record_id >= start, L.c.record_id < start + chunk_records,
+                              L.c.attributed_at == literal(self.attributed_at, UTCDateTime()))
+            for k, n in got.items():
+                written[k] = written.get(k, 0) + n
+        return written
+
+    def collect_unsettled(self, settle_ns: int) -> int:
+        """Fill ``T_REVISIT`` with non-exact rows later than their cluster's horizon − settle."""
+        for cluster, horizon_ns in sorted(history_horizons(self.s).items()):
+            self.s.execute(insert(T_REVISIT).from_select(["record_id"], select(R.c.id).select_from(
+                R.join(L, L.c.record_id == R.c.id)).where(
+                R.c.event_time_ns > horizon_ns - settle_ns, L.c.status != "exact",
+                func.coalesce(R.c.cluster, literal(self.cluster)) == cluster)))
+        return self.s.execute(select(func.count()).select_from(T_REVISIT)).scalar_one()
+
+    def revisit(self) -> dict[tuple[str, str | None], int]:
+        """Re-evaluate ``T_REVISIT``; rewrite only the rows whose verdict changed; counts rewritten."""
+        if not self.build_timeline([select(*_record_key(self.cluster), R.c.event_time_ns.label("t")).select_from(
+                R.join(T_REVISIT, T_REVISIT.c.record_id == R.c.id))]):
+            return {}
+        F = T_FRESH
+        self.s.execute(insert(F).from_select(list(LINEAGE_COLUMNS), self.lineage_rows(
+            R.c.id.in_(select(T_REVISIT.c.record_id)))))
+        unchanged = exists().where(L.c.record_id == F.c.record_id,
+                                   *[L.c[c].is_not_distinct_from(F.c[c]) for c in VERDICT_COLUMNS])
+        self.s.execute(delete(F).where(unchanged))
+        self.s.execute(delete(L).where(L.c.record_id.in_(select(F.c.record_id))))
+        self.s.execute(insert(L).from_select(list(LINEAGE_COLUMNS), select(*[F.c[c] for c in LINEAGE_COLUMNS])))
+        return self.counts(F)
+
+
+def history_horizons(session: Session) -> dict[str, int]:
+    """Per cluster, the newest instant (ns) up to which the watcher knew Pod, ResourceClaim and
+    ResourceSlice history complete.
+
+    Per kind: the latest of the open ``watch_state`` interval's start, its ``updated_at`` (last
+    commit or bookmark) and the end of its closed ``coverage_intervals``; per cluster the minimum
+    over the kinds recorded. Clusters without ``watch_state`` rows are absent.
+    """
+    per_kind: dict[tuple[str, str], int] = {}
+    for cluster, kind, since_ns, updated_at in session.execute(
+            select(WS.c.cluster, WS.c.kind, WS.c.state_since_ns, WS.c.updated_at).where(WS.c.kind.in_(COVERAGE_KINDS))):
+        per_kind[(cluster, kind)] = max(since_ns, dt_to_ns(updated_at))
+    for cluster, kind, ended_ns in session.execute(
+            select(CI.c.cluster, CI.c.kind, func.max(CI.c.ended_ns)).where(CI.c.kind.in_(COVERAGE_KINDS))
+            .group_by(CI.c.cluster, CI.c.kind)):
+        if (cluster, kind) in per_kind:
+            per_kind[(cluster, kind)] = max(per_kind[(cluster, kind)], ended_ns)
+    horizons: dict[str, int] = {}
+    for (cluster, _kind), alive_ns in per_kind.items():
+        horizons[cluster] = min(horizons.get(cluster, alive_ns), alive_ns)
+    return horizons
+
+
+def _serialise(session: Session) -> None:
+    """Queue behind any other attribution run until this transaction ends.
+
+    PostgreSQL: a transaction-scoped advisory lock. SQLite: a write as the first statement takes
+    the database write lock now (waiting up to the busy timeout), before this transaction reads
+    anything, so it never works from a snapshot another run is about to invalidate.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(LOCK_KEY)))
+    else:
+        session.execute(delete(L).where(L.c.record_id.is_(None)))
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class AttributionSummary:
-    """Rows written by one attribution run: counts by status (all three keys) and by reason."""
+    """Rows written by one attribution run: counts by status (all three keys) and by reason.
+
+    ``revisited``: non-exact rows re-evaluated inside the settle window; ``revised``: those whose
+    verdict changed (rewritten, and included in the counts by status and reason).
+    """
 
     by_status: dict[str, int]
     by_reason: dict[str, int] = field(default_factory=dict)
+    revisited: int = 0
+    revised: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        """``{"exact": n, "ambiguous": n, "unattributed": n, "by_reason": {...}}``."""
-        return {**self.by_status, "by_reason": dict(self.by_reason)}
-
-
-def _lineage_counts(session: Session) -> dict[tuple[str, str | None], int]:
-    rows = session.execute(select(L.c.status, L.c.reason, func.count()).group_by(L.c.status, L.c.reason))
-    return {(s, r): n for s, r, n in rows}
+        """``{"exact": n, "ambiguous": n, "unattributed": n, "by_reason": {...}, "revisited": n, "revised": n}``."""
+        return {**self.by_status, "by_reason": dict(self.by_reason), "revisited": self.revisited,
+                "revised": self.revised}
 
 
 def attribute_run(
@@ -428,38 +863,58 @@ def attribute_run(
     clock_skew_s: float = 2.0,
     serving_containers: Mapping[str, str] | None = None,
     cluster: str = DEFAULT_CLUSTER,
+    settle_s: float = DEFAULT_SETTLE_S,
+    chunk_records: int = DEFAULT_CHUNK_RECORDS,
 ) -> AttributionSummary:
     """Attribute inference records and write one ``lineage`` row each, in the caller's transaction.
 
-    Incremental by default (records without a lineage row); ``all=True`` deletes every lineage
-    row and recomputes (after a history correction). Idempotent: a second run without new records
-    writes nothing. Arguments as in ``lineage_select``.
+    Incremental by default: records without a lineage row, plus the non-exact rows inside the
+    settle window (module docstring, "Late history"), rewritten only if their verdict changed.
+    ``all=True`` deletes every lineage row and recomputes (after a history correction).
+    Idempotent: a second run without new records or new history writes nothing. Serialised
+    against concurrent runs (module docstring, "Concurrency"). Other arguments as in
+    ``lineage_select``.
+
+    Args:
+        settle_s: seconds before a cluster's history horizon after which non-exact rows are
+            re-evaluated (default 600).
+        chunk_records: records per id chunk (default 250 000).
 
     Returns:
         Counts of the rows written by this run, by status and by reason (exact rows have no reason).
 
     Raises:
-        UserError: bad ``clock_skew_s`` or ``serving_containers``.
+        UserError: bad ``clock_skew_s``, ``settle_s``, ``chunk_records`` or ``serving_containers``.
     """
-    query = lineage_select(all=all, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
-                           cluster=cluster)
+    skew_ns = _skew_ns(clock_skew_s)
+    if settle_s < 0:
+        raise UserError(f"settle window {settle_s} s: must be a non-negative number of seconds (--settle-s)")
+    if chunk_records < 1:
+        raise UserError(f"chunk of {chunk_records} records: must be at least 1")
+    if serving_containers:
+        _check_pins(serving_containers)
+    _serialise(session)
     if session.get_bind().dialect.name == "postgresql":
-        # JIT-compiling this wide query costs about a second and gains nothing at these row counts
+        # JIT-compiling these wide queries costs about a second and gains nothing at these row counts
         session.execute(text("SET LOCAL jit = off"))
-    before = {} if all else _lineage_counts(session)
-    if all:
-        session.execute(delete(L))
-    session.execute(insert(L).from_select(list(LINEAGE_COLUMNS), query))
-    after = _lineage_counts(session)
+    run = _Run(session, skew_ns=skew_ns, serving_containers=serving_containers, cluster=cluster,
+               attributed_at=datetime.now(timezone.utc))
+    with run:
+        if all:
+            session.execute(delete(L))
+            revisited = 0
+        else:
+            revisited = run.collect_unsettled(int(round(settle_s * NS_PER_S)))
+        written = run.attribute_new(chunk_records)
+        revised = run.revisit() if revisited else {}
     by_status = {s: 0 for s in STATUSES}
     by_reason: dict[str, int] = {}
-    for (status, reason), n in sorted(after.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        written = n - before.get((status, reason), 0)
-        if written:
-            by_status[status] = by_status.get(status, 0) + written
+    for counts in (written, revised):
+        for (status, reason), n in counts.items():
+            by_status[status] += n
             if reason:
-                by_reason[reason] = by_reason.get(reason, 0) + written
-    return AttributionSummary(by_status, by_reason)
+                by_reason[reason] = by_reason.get(reason, 0) + n
+    return AttributionSummary(by_status, dict(sorted(by_reason.items())), revisited, sum(revised.values()))
 
 
 def attribute(
@@ -469,6 +924,7 @@ def attribute(
     clock_skew_s: float = 2.0,
     serving_containers: dict[str, str] | None = None,
     cluster: str = DEFAULT_CLUSTER,
+    settle_s: float = DEFAULT_SETTLE_S,
 ) -> dict[str, int]:
     """Attribute inference records to physical GPUs; returns ``{"exact": n, "ambiguous": n, "unattributed": n}``.
 
@@ -477,7 +933,7 @@ def attribute(
     The caller commits.
     """
     return attribute_run(session, all=all, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
-                         cluster=cluster).by_status
+                         cluster=cluster, settle_s=settle_s).by_status
 
 
 # --------------------------------------------------------------------------------------------

@@ -410,7 +410,8 @@ def test_unattributed_reasons(hist):
         "several-pods": ("ambiguous", "several-pods"),
     }
     assert summary.as_json() == {"exact": 0, "ambiguous": 1, "unattributed": 6, "by_reason": {
-        "several-pods": 1, "no-allocation": 1, "no-claim": 2, "no-device-record": 1, "no-pod": 2}}
+        "several-pods": 1, "no-allocation": 1, "no-claim": 2, "no-device-record": 1, "no-pod": 2},
+        "revisited": 0, "revised": 0}
     assert lineage_of(h.s, recs["several-pods"])["candidates"] == 2
     assert lineage_of(h.s, recs["no-device-record"])["claim_name"] == "fraud-scorer-3-gpu"
 
@@ -508,7 +509,7 @@ def test_cli_attribute_and_trace(sessions, database_url, monkeypatch):
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--output", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == {"exact": 1, "ambiguous": 1, "unattributed": 1,
-                                      "by_reason": {"skew-window": 1, "no-pod": 1}}
+                                      "by_reason": {"no-pod": 1, "skew-window": 1}, "revisited": 0, "revised": 0}
     res = runner.invoke(cli, ["attribute", "--database-url", database_url])
     assert res.exit_code == 0 and "exact" in res.output and "0" in res.output
 
