@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -87,6 +87,17 @@ def sessions(engine):
 
 
 @pytest.fixture
+def srv():
+    """A started fake Kubernetes API server (``collector.sim``) on a free loopback port."""
+    from collector.sim import FakeApiServer
+
+    server = FakeApiServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def backend(database_url) -> str:
     """``'sqlite'`` or ``'postgresql'`` for the current parametrisation."""
     return "sqlite" if database_url.startswith("sqlite") else "postgresql"

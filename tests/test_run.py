@@ -10,10 +10,8 @@ import subprocess
 import sys
 import time
 
-import pytest
 import urllib3
 
-from collector.sim import FakeApiServer
 from tests.watch_support import claim, wait_until
 
 FLUENT_BIT_LINE = {
@@ -31,14 +29,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def srv():
-    server = FakeApiServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_run_serves_health_metrics_and_ingest_then_stops_on_sigterm(srv, database_url):

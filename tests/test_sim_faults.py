@@ -14,16 +14,8 @@ import pytest
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from collector.sim import FakeApiServer, Fault
+from collector.sim import Fault
 from collector.sim.scenario import make_claim, make_pod
-
-
-@pytest.fixture
-def srv():
-    server = FakeApiServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

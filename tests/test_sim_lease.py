@@ -13,16 +13,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.leaderelection.leaderelectionrecord import LeaderElectionRecord
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-from collector.sim import FakeApiServer
 from collector.sim.scenario import make_pod
-
-
-@pytest.fixture
-def srv():
-    server = FakeApiServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -8,19 +8,11 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from collector.sim import FakeApiServer, Fault
+from collector.sim import Fault
 from collector.store import ledger
 from collector.store.models import ObjectVersion
 from tests.watch_support import (FAST, claim, device_class, gaps, gpu_slice, pod, quarantined, resume_rv, start_watcher,
                                  stored_raw, versions, wait_until, watch_requests)
-
-
-@pytest.fixture
-def srv():
-    server = FakeApiServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -8,18 +8,8 @@ import subprocess
 import sys
 import time
 
-import pytest
 
-from collector.sim import FakeApiServer
 from tests.watch_support import claim, start_watcher, versions, wait_until
-
-
-@pytest.fixture
-def srv():
-    server = FakeApiServer()
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_only_the_leader_writes_and_handover_is_fenced(srv, sessions):

@@ -37,14 +37,6 @@ def _observed_ns(sessions, name, rv):
     return dt_to_ns(at)
 
 
-@pytest.fixture
-def srv():
-    server = FakeApiServer()
-    server.start()
-    yield server
-    server.stop()
-
-
 def test_template_claim_lifecycle_gives_exact_rows_and_one_episode(srv, sessions):
     _inventory(srv)
     w = start_watcher(srv, sessions)

@@ -1,7 +1,11 @@
 """Engines and sessions for SQLite (embedded default) and PostgreSQL (production).
 
-SQLite runs in WAL mode with a busy timeout, foreign keys on, and SQLAlchemy's recommended
-explicit ``BEGIN`` so reads inside a transaction see one snapshot. Connection problems surface as
+SQLite runs in WAL mode with a busy timeout and foreign keys on; every transaction starts with
+``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for pysqlite, with the write lock taken up front). A
+deferred transaction that reads and then writes fails at once with "database is locked" when
+another writer committed in between (SQLITE_BUSY_SNAPSHOT, which the busy timeout cannot wait
+out); taking the lock first makes writers queue instead. SQLite is the single-process embedded
+store, so serialising its transactions costs little; PostgreSQL is for concurrent production use. Connection problems surface as
 ``UserError`` with the fix, never as a traceback.
 """
 
@@ -72,7 +76,7 @@ def _json_dumps(value: Any) -> str:
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None  # let SQLAlchemy emit BEGIN itself (see below)
+        dbapi_conn.isolation_level = None  # let SQLAlchemy emit BEGIN IMMEDIATE itself (see below)
         cur = dbapi_conn.cursor()
         if engine.url.database not in (None, "", ":memory:"):
             cur.execute("PRAGMA journal_mode=WAL")
@@ -83,7 +87,7 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN")
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def check_connection(engine: Engine) -> None:
