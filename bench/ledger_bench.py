@@ -4,19 +4,19 @@ Appends in transactions of ``--batch`` rows covering ``object_versions`` rows in
 same transaction (as the watcher does), then verifies the whole chain. Prints entries/s for the
 append alone (the rows are inserted first, outside the timed section) and for verify, per backend.
 
-    .venv/bin/python bench/ledger_bench.py [--n 100000] [--batch 5000] [--pg-url URL]
+    .venv/bin/python -m bench.ledger_bench [--n 100000] [--batch 5000] [--pg-url URL]
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import insert, select
 
+from bench.backends import for_each_backend
 from collector.store import ledger, migrate
 from collector.store.canonical import content_hash
 from collector.store.db import make_engine, make_session_factory
@@ -72,18 +72,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=5_000)
     ap.add_argument("--pg-url", default="postgresql://root@127.0.0.1:5432/test")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        run(f"sqlite:///{tmp}/bench.db", args.n, args.batch)
-    admin = make_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    name = f"draudit_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        run(admin.url.set(database=name).render_as_string(hide_password=False), args.n, args.batch)
-    finally:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-
+    for_each_backend(lambda url: run(url, args.n, args.batch), args.pg_url)
 
 if __name__ == "__main__":
     main()

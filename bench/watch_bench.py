@@ -7,7 +7,7 @@ stored resourceVersion and receives the N events as one burst. We time from the
 restart to the commit of the last event (rows in object_versions, ledger entries and projections),
 and report the commit lag (receive → commit) percentiles from the recorder's metric at that rate.
 
-    .venv/bin/python bench/watch_bench.py [--events 20000] [--pg-url URL]
+    .venv/bin/python -m bench.watch_bench [--events 20000] [--pg-url URL]
 """
 
 from __future__ import annotations
@@ -15,16 +15,14 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 
-from prometheus_client import CollectorRegistry
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from collector.kube.client import make_api_client
 from collector.kube.reflector import ReflectorSettings
 from collector.settings import Settings
+from bench.backends import for_each_backend
 from collector.store import migrate
 from collector.store.db import make_engine, make_session_factory
 from collector.store.models import ObjectVersion
@@ -149,18 +147,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--pg-url", default="postgresql://root@127.0.0.1:5432/test")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        run(f"sqlite:///{tmp}/bench.db", args.events)
-    admin = make_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    name = f"draudit_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        run(admin.url.set(database=name).render_as_string(hide_password=False), args.events)
-    finally:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-
+    for_each_backend(lambda url: run(url, args.events), args.pg_url)
 
 if __name__ == "__main__":
     main()
