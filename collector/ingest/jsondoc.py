@@ -6,6 +6,9 @@
   undefined; Python's default silently keeps the last). Equal values are harmless; disagreeing
   values are reported to the caller, who decides (the Fluent Bit ``Merge_Log`` + ``Keep_Log``
   pattern is reconciled by the envelope reader, anything else is quarantined).
+- Speed: most lines are decoded by orjson (several times faster than the standard library with a
+  pairs hook) and only fall back to the duplicate-aware standard decoder when orjson could differ
+  from it (see ``Decoder.decode``): the result is the same value either way.
 - ``flatten`` turns nested objects into dotted paths (Spring ECS 3.5 nested == 3.4 flat).
 """
 
@@ -16,10 +19,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 DEFAULT_MAX_DEPTH = 64
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _BRACKET = re.compile(r"[\[\]{}]")
+_DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
+_THIRTEEN_ONES = b"1" * 13
 
 
 class JsonRejected(ValueError):
@@ -97,17 +104,50 @@ class Decoder:
         self.max_depth = max_depth
         self._conflicts: list[tuple[str, Any, Any]] = []
         self._json = json.JSONDecoder(object_pairs_hook=_pairs_hook(self._conflicts), parse_float=self._float)
-        #: set when a decoded number had an exponent (``1.5e18``): its value's digits are not in
-        #: the text, so PAN pre-filters on the text cannot vouch for it. The caller resets it.
-        self.saw_exponent = False
+        self._exponent = False
+        self._unchecked: list[bytes] = []  # orjson re-encodings not yet searched for large floats
+
+    @property
+    def saw_exponent(self) -> bool:
+        """True when a decoded number's digits may not appear in the text (an exponent, ``1.5e18``).
+
+        PAN pre-filters on the text cannot vouch for such a number. Set by the standard decoder
+        when a number had an exponent; for orjson-decoded texts, when the re-encoding shows a
+        float of magnitude ≥ 1e12 (13+ digits in a row — the only floats ``PanMasker`` inspects).
+        Conservative: digits in strings also count. The caller resets it (``= False``) per line.
+        """
+        if not self._exponent and self._unchecked:
+            self._exponent = any(_THIRTEEN_ONES in d.translate(_DIGITS_TO_ONES) for d in self._unchecked)
+            self._unchecked.clear()
+        return self._exponent
+
+    @saw_exponent.setter
+    def saw_exponent(self, value: bool) -> None:
+        self._exponent = value
+        self._unchecked.clear()
 
     def _float(self, text: str) -> float:
         if "e" in text or "E" in text:
-            self.saw_exponent = True
+            self._exponent = True
         return float(text)
 
     def decode(self, text: str) -> Decoded:
         """Decode one JSON text.
+
+        orjson decodes first; its value is used only when it is provably what the standard
+        decoder with the duplicate-key hook returns; otherwise the standard decoder runs:
+
+        - orjson rejected the text (it refuses NaN/Infinity, lone surrogates and out-of-range
+          exponents, which the standard decoder takes, and every syntax error);
+        - a duplicate member name. Every member of every object in valid JSON has exactly one
+          colon outside strings, so ``text.count(":")`` = members + colons inside strings;
+          orjson's re-encoding of the value has members kept + the same colons inside strings
+          (it never escapes ``:``). The counts are equal exactly when no member was dropped,
+          i.e. no name repeated in an object. A ``\\u003a`` escape (a colon the text does not
+          show literally) goes to the standard decoder;
+        - ``e+`` in the re-encoding: orjson reads integers beyond the 64-bit range as floats,
+          which it writes with an exponent (so do floats ≥ 1e16); strings with ``e+`` in them
+          only cost the slower path.
 
         Raises:
             JsonRejected: ``nesting-too-deep`` (deeper than ``max_depth``) or ``unparseable``
@@ -115,6 +155,19 @@ class Decoder:
         """
         if nesting_depth(text, self.max_depth) > self.max_depth:
             raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels")
+        if "\\u003a" not in text and "\\u003A" not in text:
+            try:
+                value = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                pass  # the standard decoder gives the verdict (and the error position)
+            else:
+                encoded = orjson.dumps(value)
+                if text.count(":") == encoded.count(b":") and b"e+" not in encoded:
+                    self._unchecked.append(encoded)
+                    return Decoded(value)
+        return self._decode_slow(text)
+
+    def _decode_slow(self, text: str) -> Decoded:
         self._conflicts.clear()
         try:
             value = self._json.decode(text)

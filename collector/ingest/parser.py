@@ -307,7 +307,7 @@ class LineParser:
             raise Rejected(f"unparseable: the {env.kind} application field is a {type(payload).__name__}")
         fmt = self.forced if self.forced in PAYLOAD_FORMATS else detect_format(doc)
         flat = prepare(doc, fmt)
-        if may_contain_pan(raw, exponent_numbers=self._decoder.saw_exponent) or self._source_may_contain_pan(source):
+        if may_contain_pan(raw) or self._decoder.saw_exponent or self._source_may_contain_pan(source):
             masker, raw_sha256 = self.masker, _sha256_masked(raw)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)

@@ -4,9 +4,14 @@ One call writes one batch inside the caller's transaction, in three set-based st
 
 1. look up the batch's transaction ids once (``WHERE transaction_id IN …``) to learn which
    dedup keys exist and which transactions are already known;
-2. ``INSERT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key`` for the new rows
-   (multi-row VALUES on SQLite and PostgreSQL); a row that loses a race with a concurrent writer
-   is simply not returned and counts as a duplicate;
+2. ``INSERT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key`` for the new rows; a
+   row that loses a race with a concurrent writer is simply not returned and counts as a
+   duplicate. The statement goes straight to the driver with the values already bound (the
+   SQLAlchemy type processors are applied once per column here, not per row by the ORM/Core
+   machinery): PostgreSQL gets one ``INSERT … SELECT FROM unnest(<one array per column>)`` per
+   batch (a short statement the server prepares once; a multi-row VALUES statement of 2 000 rows
+   costs psycopg more to parse than the server takes to insert it), SQLite a cached multi-row
+   ``VALUES`` statement of ``SQLITE_ROWS_PER_STATEMENT`` rows;
 3. ``INSERT … RETURNING id`` for quarantine rows, then one ledger entry per inserted row of both
    tables (``collector.store.ledger.append``), in the same transaction.
 
@@ -16,8 +21,11 @@ content is stored with ``conflict = true``: never overwritten, never dropped.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import bindparam, insert, select
@@ -33,6 +41,11 @@ INFERENCE = InferenceRecord.__table__
 QUARANTINE = Quarantine.__table__
 LOOKUP_CHUNK = 1000  # transaction ids per IN (...) query
 POSITION_CHARS = 64  # quarantine.position / inference_records.position width
+# Rows per multi-row INSERT on SQLite: 500 rows x 26 columns stays under SQLite's 32 766 host
+# parameters, and the statement text repeats, so sqlite3's statement cache prepares it once.
+SQLITE_ROWS_PER_STATEMENT = 500
+# inference_records columns written by the ingest (every column but the generated ``id``).
+RECORD_COLUMNS = tuple(c.name for c in INFERENCE.columns if c.name != "id")
 
 
 @dataclass
@@ -48,6 +61,65 @@ class BatchResult:
 def _insert_records_stmt(dialect: str):
     ins = pg_insert(INFERENCE) if dialect == "postgresql" else sqlite_insert(INFERENCE)
     return ins.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(INFERENCE.c.id, INFERENCE.c.dedup_key)
+
+
+@lru_cache(maxsize=None)
+def _pg_unnest_sql() -> str:
+    # Strings travel as text[] (an explicit cast to varchar(n) would truncate silently; the
+    # INSERT's assignment cast rejects an over-long value, as a plain INSERT would).
+    arrays = []
+    for name in RECORD_COLUMNS:
+        sql_type = INFERENCE.c[name].type.compile(dialect=_pg_dialect())
+        arrays.append(f"%s::{'TEXT' if sql_type.startswith('VARCHAR') else sql_type}[]")
+    cols = ", ".join(RECORD_COLUMNS)
+    return (f"INSERT INTO inference_records ({cols}) SELECT * FROM unnest({', '.join(arrays)}) "
+            "ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key")
+
+
+@lru_cache(maxsize=None)
+def _pg_dialect():
+    from sqlalchemy.dialects.postgresql.psycopg import dialect
+
+    return dialect()
+
+
+@lru_cache(maxsize=64)
+def _sqlite_values_sql(n_rows: int) -> str:
+    one = "(" + ", ".join("?" for _ in RECORD_COLUMNS) + ")"
+    return (f"INSERT INTO inference_records ({', '.join(RECORD_COLUMNS)}) VALUES {', '.join([one] * n_rows)} "
+            "ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key")
+
+
+def _json_text(dialect: Any) -> Any:
+    """The text the ``attributes`` JSON column stores for a value, as SQLAlchemy's JSON type writes it
+    (the engine's serializer; ``None`` is the JSON ``null``, the type's ``none_as_null=False``)."""
+    dumps = getattr(dialect, "_json_serializer", None) or json.dumps
+    return lambda value: "null" if value is None else dumps(value)
+
+
+def _insert_records(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """Insert ``rows`` (dicts with every ``RECORD_COLUMNS`` key); ``(id, dedup_key)`` of those inserted."""
+    conn = session.connection()
+    dialect = conn.dialect
+    if dialect.name not in ("postgresql", "sqlite"):
+        return [tuple(r) for r in session.execute(_insert_records_stmt(dialect.name), rows).all()]
+    attrs = _json_text(dialect)
+    get = itemgetter(*RECORD_COLUMNS)
+    a = RECORD_COLUMNS.index("attributes")
+    if dialect.name == "postgresql":
+        columns = [list(c) for c in zip(*(get(r) for r in rows))]
+        columns[a] = [attrs(v) for v in columns[a]]
+        return [tuple(r) for r in conn.exec_driver_sql(_pg_unnest_sql(), tuple(columns)).all()]
+    out: list[tuple[int, str]] = []
+    for i in range(0, len(rows), SQLITE_ROWS_PER_STATEMENT):
+        chunk = rows[i:i + SQLITE_ROWS_PER_STATEMENT]
+        params: list[Any] = []
+        for r in chunk:
+            values = list(get(r))
+            values[a] = attrs(values[a])
+            params += values
+        out += [tuple(r) for r in conn.exec_driver_sql(_sqlite_values_sql(len(chunk)), tuple(params)).all()]
+    return out
 
 
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
@@ -111,9 +183,8 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
             batch_txn_key.setdefault(txn, key)
             fresh.append(row)
         if fresh:
-            stmt = _insert_records_stmt(session.get_bind().dialect.name)
             by_key = {r["dedup_key"]: r for r in fresh}
-            for rid, key in session.execute(stmt, fresh).all():
+            for rid, key in _insert_records(session, fresh):
                 row = by_key.pop(key)
                 row["id"] = rid
                 inserted.append(row)

@@ -14,15 +14,20 @@ happen in the caller's transaction, so a rollback leaves no trace.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime, timezone
+from decimal import Decimal
+from functools import lru_cache
+from hashlib import sha256
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import Table, func, insert, select, text
+import orjson
+from sqlalchemy import Table, func, select, text
 from sqlalchemy.orm import Session
 
 from collector.store.canonical import GENESIS_HASH, canonical_json, chain_hash, sha256_hex
+from collector.store.canonical import _default as _canonical_default
 from collector.store.models import Base, LedgerEntry, LedgerHead
 
 CHAIN = "main"
@@ -44,10 +49,22 @@ def ledgered_table(name: str) -> Table:
 
 def _normalise(value: Any) -> Any:
     if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return _utc_text(value)
     return value
+
+
+def _utc_text(value: datetime) -> str:
+    if value.tzinfo is timezone.utc:
+        return _utc_text_cached(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@lru_cache(maxsize=1024)
+def _utc_text_cached(value: datetime) -> str:
+    # Only for tzinfo=UTC values (equal means the same instant); a batch's rows usually share one.
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def row_content(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,9 +81,50 @@ def _column_names(table: Table) -> tuple[str, ...]:
     return tuple(col.name for col in table.columns)
 
 
+@lru_cache(maxsize=None)
+def _datetime_columns(table: Table) -> tuple[str, ...]:
+    out = []
+    for col in table.columns:
+        try:
+            if issubclass(col.type.python_type, datetime):
+                out.append(col.name)
+        except NotImplementedError:
+            continue
+    return tuple(out)
+
+
+class _NotFast(Exception):
+    """A value the fast leaf encoding does not take (a datetime not in a datetime column, …)."""
+
+
+def _fast_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview, Decimal)):
+        return _canonical_default(value)
+    raise _NotFast
+
+
+_FAST_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
 def leaf_hash(table: Table, row: Mapping[str, Any]) -> str:
-    """``SHA-256(canonical_json(row_content(table, row)))`` as lower-case hex."""
-    return sha256_hex(canonical_json(row_content(table, row)))
+    """``SHA-256(canonical_json(row_content(table, row)))`` as lower-case hex.
+
+    Fast path, same bytes: the declared datetime columns are normalised up front and the content
+    is encoded by orjson with datetimes passed through to a default that refuses them, so any
+    other datetime (a naive one in a text column, one nested in a JSON value) and integers beyond
+    64 bits fall back to ``canonical_json(row_content(...))`` itself.
+    """
+    names = _column_names(table)
+    content = {name: row.get(name) for name in names}
+    for name in _datetime_columns(table):
+        value = content[name]
+        if isinstance(value, datetime):
+            content[name] = _utc_text(value)
+    try:
+        data = orjson.dumps(content, default=_fast_default, option=_FAST_OPTS)
+    except (_NotFast, orjson.JSONEncodeError):
+        data = canonical_json(row_content(table, row))
+    return sha256(data).hexdigest()
 
 
 def _pk(table: Table):
@@ -133,19 +191,53 @@ def _append_entries(session: Session, entries: Iterable[tuple[str, str, str, str
     head = _lock_and_read_head(session)
     now = datetime.now(timezone.utc)
     seq, prev = head.seq, head.entry_hash
-    batch: list[dict[str, Any]] = []
+    batch: list[tuple[int, str, str, str, str, str, str, Any]] = []
     for table_name, key, op, leaf, tomb in entries:
         seq += 1
-        entry_hash = chain_hash(prev, leaf.encode("ascii"))
-        batch.append({"seq": seq, "table_name": table_name, "row_key": key, "op": op, "content_hash": leaf,
-                      "prev_hash": prev, "entry_hash": entry_hash, "tombstone": tomb, "appended_at": now})
+        # chain_hash(prev, leaf) inlined: SHA-256 over the two ASCII hex strings.
+        entry_hash = sha256((prev + leaf).encode("ascii")).hexdigest()
+        batch.append((seq, table_name, key, op, leaf, prev, entry_hash, tomb))
         prev = entry_hash
     if batch:
-        session.execute(LedgerEntry.__table__.insert(), batch)  # Core executemany: no ORM bookkeeping
+        _insert_entries(session, batch, now)
         session.execute(
             LedgerHead.__table__.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=prev, updated_at=now)
         )
     return Head(seq, prev)
+
+
+_ENTRY_COLUMNS = ("seq", "table_name", "row_key", "op", "content_hash", "prev_hash", "entry_hash", "tombstone",
+                  "appended_at")
+
+
+def _insert_entries(session: Session, batch: list[tuple[int, str, str, str, str, str, str, Any]], now: datetime) -> None:
+    """Write ledger entries with the values bound once per batch, straight to the driver.
+
+    The stored values are what SQLAlchemy's types would write (the JSON column's serializer, with
+    ``None`` as JSON ``null``; ``appended_at`` through ``UTCDateTime``'s processor): only the
+    per-row Core machinery is skipped. PostgreSQL: one ``INSERT … SELECT FROM unnest(arrays)``;
+    SQLite: ``executemany``; other dialects: Core executemany.
+    """
+    conn = session.connection()
+    dialect = conn.dialect
+    table = LedgerEntry.__table__
+    if dialect.name not in ("postgresql", "sqlite"):
+        session.execute(table.insert(), [dict(zip(_ENTRY_COLUMNS, (*e, now))) for e in batch])
+        return
+    dumps = getattr(dialect, "_json_serializer", None) or json.dumps
+    at_proc = table.c.appended_at.type.bind_processor(dialect)
+    at = at_proc(now) if at_proc else now
+    if dialect.name == "postgresql":
+        seqs, names, keys, ops, leaves, prevs, hashes, tombs = (list(c) for c in zip(*batch))
+        tombs = ["null" if t is None else dumps(t) for t in tombs]
+        conn.exec_driver_sql(
+            f"INSERT INTO ledger ({', '.join(_ENTRY_COLUMNS)}) SELECT s, n, k, o, c, p, e, t, %s "
+            "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::jsonb[]) AS u(s, n, k, o, c, p, e, t)", (at, seqs, names, keys, ops, leaves, prevs, hashes, tombs))
+        return
+    conn.exec_driver_sql(
+        f"INSERT INTO ledger ({', '.join(_ENTRY_COLUMNS)}) VALUES ({', '.join('?' for _ in _ENTRY_COLUMNS)})",
+        [(*e[:7], "null" if e[7] is None else dumps(e[7]), at) for e in batch])
 
 
 def current_head(session: Session) -> Head:

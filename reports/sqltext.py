@@ -1,0 +1,122 @@
+"""SQL expressions that render a population row as its CSV line and its JSON object, inside the database.
+
+Why: a pack for millions of transactions spends its time turning row tuples into text twice (CSV
+and JSON). Done in Python that is microseconds per row; done by the database engine (SQLite's
+``json_quote``, PostgreSQL's ``to_json``, ``replace``, ``||``) it is C code, and on PostgreSQL it runs
+in the server process, in parallel with the renderer. Python then only joins the lines of a batch.
+
+The text is the same on both backends and the same as the Python writers in
+``reports.populations`` (``csv_line``, ``JSON_ENCODER``), which are the reference:
+
+- CSV (RFC 4180 §2): fields separated by ``,``; a text field is quoted when it contains ``,``,
+  ``"``, LF or CR, with ``"`` doubled inside; null is an empty field; integers in decimal.
+- JSON: one object per row, keys in column order, no whitespace, strings escaped as Python's
+  ``json.dumps(..., ensure_ascii=False)`` does (``\\" \\\\ \\b \\f \\n \\r \\t``, other control
+  characters ``\\u00xx``, everything else as UTF-8); null as ``null``; integers in decimal.
+- Times ``*_at``/``event_time``: RFC 3339 UTC with the nanoseconds trimmed of trailing zeros
+  (``collector.timeutil.ns_to_rfc3339``), for times at or after 1970-01-01.
+
+Column kinds: ``text``, ``int`` (integers) and ``time`` (integer nanoseconds rendered as text).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+TEXT, INT, TIME = "text", "int", "time"
+SUPPORTED_DIALECTS = ("sqlite", "postgresql")
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _time_text(expr: str, dialect: str) -> str:
+    """RFC 3339 text of integer nanoseconds ``expr`` (NULL stays NULL)."""
+    frac = f"({expr} % 1000000000)"
+    if dialect == "sqlite":
+        seconds = f"strftime('%Y-%m-%dT%H:%M:%S', {expr} / 1000000000, 'unixepoch')"
+        digits = f"rtrim(substr('00000000' || {frac}, -9), '0')"
+    else:
+        seconds = f"to_char(to_timestamp({expr} / 1000000000) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS')"
+        digits = f"rtrim(lpad(CAST({frac} AS text), 9, '0'), '0')"
+    return f"({seconds} || CASE WHEN {frac} = 0 THEN '' ELSE '.' || {digits} END || 'Z')"
+
+
+def _csv_field(expr: str, kind: str, dialect: str) -> str:
+    """A field for ``printf``/``format`` ``%s`` (which renders NULL as the empty field)."""
+    if kind == INT:
+        return expr
+    if kind == TIME:  # digits, '-', ':', 'T', '.', 'Z': never quoted
+        return _time_text(expr, dialect)
+    quoted = f"'\"' || replace({expr}, '\"', '\"\"') || '\"'"
+    if dialect == "sqlite":  # GLOB of NULL is NULL: iif takes the plain branch, which is NULL
+        return f"iif({expr} GLOB '*[,\"' || char(10) || char(13) || ']*', {quoted}, {expr})"
+    special = " OR ".join(f"strpos({expr}, chr({c})) > 0" for c in (44, 34, 10, 13))  # , " LF CR
+    return f"CASE WHEN {special} THEN {quoted} ELSE {expr} END"
+
+
+def _format_call(template: str, args: Sequence[str], dialect: str) -> str:
+    """One ``printf`` (SQLite) / ``format`` (PostgreSQL) call: the line is built once, not by ``||`` per field."""
+    function = "printf" if dialect == "sqlite" else "format"
+    return f"{function}({_sql_string(template)}, {', '.join(args)})"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def csv_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
+    """SQL text of the CSV line (no line end) of one row.
+
+    Args:
+        columns: ``(output name, SQL expression, kind)`` in column order; ``kind`` is ``text``,
+            ``int`` or ``time``.
+        dialect: ``sqlite`` or ``postgresql``.
+
+    Raises:
+        ValueError: unsupported dialect or column kind.
+    """
+    _check(columns, dialect)
+    return _format_call(",".join(["%s"] * len(columns)), [_csv_field(e, k, dialect) for _n, e, k in columns], dialect)
+
+
+def json_object_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
+    """SQL text of the JSON object (keys = output names, in order, compact) of one row.
+
+    Args and errors as ``csv_line_sql``.
+    """
+    _check(columns, dialect)
+    if dialect == "sqlite":  # json_object: compact, keys in argument order, json_quote escaping
+        args = []
+        for name, expr, kind in columns:
+            args += [_sql_string(_json_key(name)[1:-1]), _time_text(expr, dialect) if kind == TIME else expr]
+        return f"json_object({', '.join(args)})"
+    template = "{" + ",".join(f"{_json_key(name)}:%s" for name, _e, _k in columns) + "}"
+    values = []
+    for _name, expr, kind in columns:
+        if kind == INT:
+            values.append(f"coalesce(CAST({expr} AS text), 'null')")
+        else:
+            text = _time_text(expr, dialect) if kind == TIME else expr
+            values.append(f"coalesce(CAST(to_json(CAST({text} AS text)) AS text), 'null')")
+    return _format_call(template, values, dialect)
+
+
+def _json_key(name: str) -> str:
+    if not name.isidentifier() or not name.isascii():
+        raise ValueError(f"column name {name!r} must be an ASCII identifier")
+    return f'"{name}"'
+
+
+def _check(columns: Sequence[tuple[str, str, str]], dialect: str) -> None:
+    if dialect not in SUPPORTED_DIALECTS:
+        raise ValueError(f"database dialect {dialect!r} is not supported (use {', '.join(SUPPORTED_DIALECTS)})")
+    for name, _expr, kind in columns:
+        if kind not in (TEXT, INT, TIME):
+            raise ValueError(f"column {name!r}: unknown kind {kind!r}")
+
+
+def column_ref(table_alias: str, name: str) -> str:
+    """``alias."name"``: a quoted reference to a subquery column."""
+    return f"{table_alias}.{_quote_ident(name)}"
