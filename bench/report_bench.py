@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -117,7 +118,7 @@ def fill(url: str, n: int, claims: int, gpus: int) -> None:
             physical_gpu_uuid=None, from_ns=t0 + i, to_ns=t0 + i + 10**9, period_from_ns=t0, period_to_ns=t0 + DAY_NS,
             bundle_revision="bench", bundle_digest="b" * 64, engine="regorus", evaluated_at=DAY) for i in range(50)])
     step = DAY_NS // n
-    series = f"WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1}) "
+    series = f"WITH RECURSIVE seq(i) AS (SELECT CAST(0 AS BIGINT) UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1}) "
     with engine.begin() as conn:
         conn.execute(text(
             "INSERT INTO inference_records (id, transaction_id, event_time_ns, event_time_precision_ns, received_ns, "
@@ -144,13 +145,16 @@ def render_child(url: str, out: str, pdf: bool) -> None:
     engine = make_engine(url)
     sessions = make_session_factory(engine)
     started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     result = render_pack(sessions, PackRequest(DAY, DAY + timedelta(days=1), (CLUSTER,)), Path(out), pdf=pdf,
                          record=False)
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_s = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime
+    peak = usage.ru_maxrss * 1024
     sizes = {f.path: f.size for f in result.files}
-    print(json.dumps({"seconds": round(seconds, 2), "peak_rss_bytes": peak, "counts": result.counts,
-                      "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
+    print(json.dumps({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_s, 2), "peak_rss_bytes": peak,
+                      "counts": result.counts, "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
 
 
 def main() -> None:
@@ -161,6 +165,8 @@ def main() -> None:
     ap.add_argument("--long", action="store_true", help="10 M transactions")
     ap.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--no-pdf", action="store_true", help="skip report.pdf (populations and HTML only)")
+    ap.add_argument("--store", metavar="URL", help="render from an existing bench store (filled by --keep-store)")
+    ap.add_argument("--keep-store", action="store_true", help="keep the filled store and print its URL")
     ap.add_argument("--render-only", nargs=2, metavar=("URL", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.render_only:
@@ -168,9 +174,12 @@ def main() -> None:
         return
     n = 10_000_000 if args.long else args.n
     work = Path(tempfile.mkdtemp(prefix="draudit-report-bench-"))
-    admin = None
-    if args.backend == "sqlite":
-        url = f"sqlite:///{work / 'bench.db'}"
+    admin = name = None
+    if args.store:
+        url = args.store
+    elif args.backend == "sqlite":
+        store_dir = Path(tempfile.mkdtemp(prefix="draudit-report-store-")) if args.keep_store else work
+        url = f"sqlite:///{store_dir / 'bench.db'}"
     else:
         admin_url = os.environ.get("DRAUDIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
         name = f"draudit_report_bench_{uuid.uuid4().hex[:8]}"
@@ -179,26 +188,29 @@ def main() -> None:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         url = admin.url.set(database=name).render_as_string(hide_password=False)
     try:
-        started = time.perf_counter()
-        fill(url, n, args.claims, args.gpus)
-        print(f"store: {n} transactions, {args.claims} claims, {args.gpus} GPUs on {args.backend} "
-              f"filled in {time.perf_counter() - started:.1f} s", flush=True)
+        if not args.store:
+            started = time.perf_counter()
+            fill(url, n, args.claims, args.gpus)
+            print(f"store: {n} transactions, {args.claims} claims, {args.gpus} GPUs on {args.backend} "
+                  f"filled in {time.perf_counter() - started:.1f} s", flush=True)
+            if args.keep_store:
+                print(f"store kept: --store {url}", flush=True)
         cmd = [sys.executable, __file__, "--render-only", url, str(work / "pack")] + (["--no-pdf"] if args.no_pdf else [])
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         m = json.loads(out)
-        print(f"pack: {m['seconds']:.1f} s, peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
+        print(f"pack: {m['seconds']:.1f} s wall, {m['cpu_seconds']:.1f} s CPU (renderer), "
+              f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
               f"{m['pack_bytes'] / 2**20:.0f} MiB on disk (PDF {(m['pdf_bytes'] or 0) / 2**10:.0f} KiB)")
         print(f"rows: {m['counts']}")
-        print(f"targets: 10 M transactions < 60 s, peak RSS < 1 GiB")
+        print("targets: 10 M transactions < 60 s, peak RSS < 1 GiB")
     finally:
-        if admin is not None:
+        if admin is not None and not args.keep_store:
             with admin.connect() as conn:
                 conn.execute(text(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}' "
                                   "AND pid <> pg_backend_pid()"))
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        if admin is not None:
             admin.dispose()
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
 
 

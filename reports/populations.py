@@ -15,15 +15,17 @@ transactions; inventory and coverage are cluster-wide facts).
 
 from __future__ import annotations
 
-import csv
 import json
+import queue
+import re
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import and_, func, literal, or_, select
+from sqlalchemy import and_, func, literal, literal_column, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from collector.store.models import (
@@ -38,8 +40,11 @@ from collector.store.models import (
     WatchState,
 )
 from collector.timeutil import ns_to_rfc3339
+from reports import sqltext
+from reports.manifest import FileDigest, Sha256
 
 YIELD_PER = 10_000
+EXPORT_BATCH = 20_000  # rows per fetch and per write of the transaction lineage
 
 
 @lru_cache(maxsize=65_536)
@@ -221,15 +226,22 @@ def lineage_filter(scope: Scope):
 
 
 def _lineage_stmt(scope: Scope):
+    """Transactions in scope joined to their lineage; columns labelled as in ``LINEAGE_COLUMNS`` (``event_time``
+    excepted: it is rendered from ``event_time_ns``); ordered by event time then record id."""
     i, l = InferenceRecord, Lineage
     return (select(i.transaction_id, i.event_time_ns, i.cluster, i.pod_namespace, i.pod_name,
                    func.coalesce(l.pod_uid, i.pod_uid).label("pod_uid"), i.container_name, i.model_name,
-                   i.model_version, i.decision, l.status, l.reason, l.candidates, l.claim_namespace, l.claim_name,
-                   l.request, l.driver, l.pool, l.device, l.device_uuid, l.physical_gpu_uuid, l.mig_profile,
-                   func.coalesce(l.node_name, i.node_name).label("node_name"), i.id, i.raw_sha256)
+                   i.model_version, i.decision, func.coalesce(l.status, NOT_ATTRIBUTED).label("status"), l.reason,
+                   l.candidates, l.claim_namespace, l.claim_name, l.request, l.driver, l.pool, l.device,
+                   l.device_uuid, l.physical_gpu_uuid, l.mig_profile,
+                   func.coalesce(l.node_name, i.node_name).label("node_name"), i.id.label("record_id"), i.raw_sha256)
             .select_from(i).outerjoin(l, l.record_id == i.id)
             .where(lineage_filter(scope))
             .order_by(i.event_time_ns, i.id))
+
+
+NOT_ATTRIBUTED = "not-attributed-yet"
+_LINEAGE_INT = frozenset({"event_time_ns", "candidates", "record_id"})
 
 
 def _lineage_row(r, scope: Scope) -> list[Any]:
@@ -237,8 +249,144 @@ def _lineage_row(r, scope: Scope) -> list[Any]:
     (txn, t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision, status, reason, candidates,
      claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, record_id, raw_sha) = r
     return [txn, _rfc3339(t_ns), t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision,
-            status or "not-attributed-yet", reason, candidates, claim_ns, claim, request, driver, pool, device,
+            status, reason, candidates, claim_ns, claim, request, driver, pool, device,
             device_uuid, gpu, mig, node, record_id, raw_sha]
+
+
+def _lineage_text_spec() -> list[tuple[str, str, str]]:
+    """(name, column of subquery ``t``, kind) of every lineage column, for ``reports.sqltext``."""
+    spec = []
+    for name in LINEAGE_COLUMNS:
+        source = "event_time_ns" if name == "event_time" else name
+        kind = sqltext.TIME if name == "event_time" else sqltext.INT if name in _LINEAGE_INT else sqltext.TEXT
+        spec.append((name, sqltext.column_ref("t", source), kind))
+    return spec
+
+
+def lineage_text_stmts(scope: Scope, dialect: str):
+    """The transaction-lineage population rendered as text by the database, in the population's order.
+
+    Returns ``(csv, json)`` statements. On SQLite both are one statement selecting two columns, the
+    CSV line and the JSON object. On PostgreSQL they are two statements for ``COPY ... TO STDOUT``:
+    ``csv`` selects the fields (COPY's own CSV output quotes them: ``reports.sqltext.copy_csv_value``)
+    and ``json`` selects the JSON object.
+
+    Raises:
+        ValueError: ``dialect`` is neither ``sqlite`` nor ``postgresql``.
+    """
+    inner = _lineage_stmt(scope).order_by(None).subquery("t")
+    spec = _lineage_text_spec()
+    order = (inner.c.event_time_ns, inner.c.record_id)
+    json_col = literal_column(sqltext.json_object_sql(spec, dialect)).label("json_object")
+    if dialect == "sqlite":
+        both = select(literal_column(sqltext.csv_line_sql(spec, dialect)).label("csv_line"), json_col)
+        both = both.select_from(inner).order_by(*order)
+        return both, both
+    fields = [literal_column(sqltext.copy_csv_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
+    return (select(*fields).select_from(inner).order_by(*order),
+            select(json_col).select_from(inner).order_by(*order))
+
+
+def _compiled(conn, stmt) -> tuple[str, Any]:
+    compiled = stmt.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.construct_params()
+    if compiled.positiontup is not None:
+        params = tuple(params[k] for k in compiled.positiontup)
+    return compiled.string, params
+
+
+# COPY in CSV mode with quote and delimiter characters that JSON text never holds raw (JSON escapes
+# every control character): each row arrives as exactly its JSON object and a line feed.
+_COPY_JSON = "FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01'"
+
+
+def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH) -> "WrittenPopulation":
+    """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json``, hashing as it writes.
+
+    The rows are rendered to text by the database (``lineage_text_stmts``): on PostgreSQL with two
+    ``COPY (SELECT ...) TO STDOUT`` (CSV formatted by the server's COPY; the JSON objects built by
+    the server), on SQLite with one query fetched ``batch_rows`` at a time. Both run on the
+    session's connection, so they read the same snapshot as the rest of the pack. Memory is bounded
+    by one batch. The files are byte-identical across the two backends for the same rows.
+
+    Returns:
+        ``WrittenPopulation`` (row count, and the two files' sizes and SHA-256).
+
+    Raises:
+        RuntimeError: the CSV and JSON passes returned different row counts (a bug: same snapshot).
+    """
+    conn = session.connection()
+    dialect = conn.dialect.name
+    csv_stmt, json_stmt = lineage_text_stmts(scope, dialect)
+    raw = conn.connection.driver_connection
+    name = "transaction_lineage"
+    with TextSink(directory / f"{name}.csv", csv_line(LINEAGE_COLUMNS) + "\n", background=True) as csv_out, \
+            TextSink(directory / f"{name}.json", "[", background=True) as json_out:
+        if dialect == "postgresql":
+            count = _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
+            json_count = _copy_json(raw, *_compiled(conn, json_stmt), json_out, batch_rows)
+            if json_count != count:
+                raise RuntimeError(f"transaction lineage: {count} CSV rows but {json_count} JSON rows in one snapshot")
+        else:
+            count = _fetch_both(raw, *_compiled(conn, csv_stmt), csv_out, json_out, batch_rows)
+        json_out.write_bytes(b"\n]\n" if count else b"]\n")
+    return WrittenPopulation(name, count, (csv_out.digest(f"data/{name}.csv"), json_out.digest(f"data/{name}.json")))
+
+
+def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int) -> int:
+    cursor = raw.cursor()
+    try:
+        cursor.execute(sql, params)
+        count = 0
+        while rows := cursor.fetchmany(batch_rows):
+            csv_out.write("\n".join([r[0] for r in rows]) + "\n")
+            json_out.write(("\n" if count == 0 else ",\n") + ",\n".join([r[1] for r in rows]))
+            count += len(rows)
+        return count
+    finally:
+        cursor.close()
+
+
+def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterator[bytes]:
+    """``COPY (sql) TO STDOUT WITH (options)``: the output in chunks of about ``batch_rows`` rows."""
+    with raw.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT WITH ({options})", params) as copy:
+        parts: list[Any] = []
+        for data in copy:  # one CopyData message per row
+            parts.append(data)
+            if len(parts) >= batch_rows:
+                yield b"".join(parts)
+                parts = []
+        if parts:
+            yield b"".join(parts)
+
+
+def _copy_csv(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
+    count = 0
+    for chunk in _copy_chunks(raw, sql, params, "FORMAT csv", batch_rows):
+        out.write_bytes(chunk)
+        count += chunk.count(b"\n") - _quoted_line_feeds(chunk)
+    return count
+
+
+def _quoted_line_feeds(chunk: bytes) -> int:
+    """Line feeds inside quoted CSV fields of ``chunk`` (whole records): rare, so counted only when present."""
+    if b'"' not in chunk:
+        return 0
+    inside, n = False, 0
+    for piece in chunk.split(b'"'):  # odd pieces lie inside quotes ("" escapes toggle twice)
+        if inside:
+            n += piece.count(b"\n")
+        inside = not inside
+    return n
+
+
+def _copy_json(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
+    count = 0
+    for chunk in _copy_chunks(raw, sql, params, _COPY_JSON, batch_rows):
+        rows = chunk.count(b"\n")  # JSON text holds no raw line feed: one per object
+        out.write_bytes((b"\n" if count == 0 else b",\n") + chunk[:-1].replace(b"\n", b",\n"))
+        count += rows
+    return count
 
 
 STREAMED: list[Population] = [
@@ -386,65 +534,173 @@ def _union_ns(spans: Iterable[tuple[int, int]]) -> int:
 # -------------------------------------------------------------------------------- writers
 
 
-# csv writes None as an empty field itself; only booleans and nested JSON need converting.
-_PLAIN = frozenset({str, int, float, type(None)})
-# One C-accelerated encoder for whole rows; keys stay in column order.
-_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# One C-accelerated encoder for whole rows; keys stay in column order. ``reports.sqltext`` renders
+# the same bytes in SQL for the transaction lineage.
+JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_CSV_SPECIAL = re.compile(r'[,"\n\r]')
 
 
-def _csv_value(v: Any) -> Any:
+def csv_field(v: Any) -> str:
+    """One CSV field (RFC 4180 §2): null → empty, booleans ``true``/``false``, nested values as
+    compact sorted JSON; quoted (``"`` doubled) when it contains ``,``, ``"``, LF or CR (as PostgreSQL's
+    COPY does for rows of several fields, so both backends write the same bytes)."""
     if v is None:
         return ""
-    if isinstance(v, bool):
+    if v is True or v is False:
         return "true" if v else "false"
     if isinstance(v, (dict, list)):
-        return json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return v
+        v = json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    elif not isinstance(v, str):
+        return str(v)
+    return '"' + v.replace('"', '""') + '"' if _CSV_SPECIAL.search(v) else v
+
+
+def csv_line(values: Sequence[Any]) -> str:
+    """One CSV record without its line end (fields by ``csv_field``, joined by ``,``)."""
+    return ",".join([csv_field(v) for v in values])
+
+
+@dataclass(frozen=True)
+class WrittenPopulation:
+    """A population written to ``data/``: its name, row count and the digests of its CSV and JSON files."""
+
+    name: str
+    count: int
+    files: tuple[FileDigest, ...]
+
+
+class TextSink:
+    """A UTF-8 text file written in large chunks and hashed (SHA-256) as it is written.
+
+    The digest is of the bytes handed to the file, so the pack's files are not read back to build
+    the manifest (``draudit verify`` reads them from disk). With ``background=True`` the writes
+    happen on a thread (``write`` releases the GIL while the kernel copies or throttles dirty
+    pages), at most ``QUEUE_CHUNKS`` chunks behind. Use as a context manager.
+
+    Raises:
+        OSError: from opening or writing the file (a background write error surfaces at the next
+            ``write`` or at exit).
+    """
+
+    QUEUE_CHUNKS = 4
+
+    def __init__(self, path: Path, header: str = "", *, background: bool = False) -> None:
+        self._file = open(path, "wb")
+        self._hash = Sha256()
+        self.size = 0
+        self._digest: str | None = None
+        self._queue: queue.Queue[bytes | None] | None = None
+        self._error: BaseException | None = None
+        if background:
+            self._queue = queue.Queue(self.QUEUE_CHUNKS)
+            self._thread = threading.Thread(target=self._drain, name=f"pack-writer {path.name}", daemon=True)
+            self._thread.start()
+        if header:
+            self.write(header)
+
+    def _drain(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._file.write(data)
+                except BaseException as exc:  # noqa: BLE001 - handed to the writing thread
+                    self._error = exc
+
+    def write(self, text: str) -> None:
+        """Append ``text`` (encoded as UTF-8)."""
+        self.write_bytes(text.encode("utf-8"))
+
+    def write_bytes(self, data: bytes) -> None:
+        """Append UTF-8 ``data``."""
+        self._hash.update(data)
+        self.size += len(data)
+        if self._queue is None:
+            self._file.write(data)
+            return
+        if self._error is not None:
+            raise self._error
+        self._queue.put(data)
+
+    def digest(self, rel: str) -> FileDigest:
+        """``FileDigest`` of what was written, named ``rel`` (path relative to the pack); after exit."""
+        if self._digest is None:
+            self._digest = self._hash.hexdigest()
+        return FileDigest(rel, self.size, self._digest)
+
+    def __enter__(self) -> "TextSink":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._queue is not None:
+                self._queue.put(None)
+                self._thread.join()
+        finally:
+            self._file.close()
+        if self._error is not None and exc[0] is None:
+            raise self._error
 
 
 class PopulationWriter:
-    """Writes one population to ``<dir>/<name>.csv`` and ``<name>.json`` as rows arrive.
+    """Writes one population to ``<dir>/<name>.csv`` and ``<name>.json`` as rows arrive, hashing both.
 
-    CSV: RFC 4180 with a header row, ``\\n`` line ends, empty field for null, ``true``/``false``.
-    JSON: an array of objects with keys in column order, one object per line. Use as a context
-    manager; ``count`` is the number of rows written.
+    CSV: header row, records by ``csv_line``, ``\\n`` line ends. JSON: an array of objects with keys
+    in column order, one object per line. Use as a context manager; ``count`` is the number of rows
+    written and ``result`` (after exit) the ``WrittenPopulation``.
     """
 
+    FLUSH_ROWS = 2_000
+
     def __init__(self, directory: Path, name: str, columns: Sequence[str]) -> None:
+        self.name = name
         self.columns = tuple(columns)
         self.count = 0
-        self._csv_file = open(directory / f"{name}.csv", "w", encoding="utf-8", newline="")
-        self._json_file = open(directory / f"{name}.json", "w", encoding="utf-8", newline="\n")
-        self._csv = csv.writer(self._csv_file, lineterminator="\n")
-        self._csv.writerow(self.columns)
-        self._json_file.write("[")
+        self.result: WrittenPopulation | None = None
+        self._csv = TextSink(directory / f"{name}.csv", csv_line(self.columns) + "\n")
+        self._json = TextSink(directory / f"{name}.json", "[")
+        self._csv_buf: list[str] = []
+        self._json_buf: list[str] = []
 
     def write(self, values: Sequence[Any]) -> None:
         """Write one row (values in column order)."""
-        self._csv.writerow([v if v.__class__ in _PLAIN else _csv_value(v) for v in values])
-        self._json_file.write(("\n" if self.count == 0 else ",\n") + _JSON.encode(dict(zip(self.columns, values))))
-        self.count += 1
+        self._csv_buf.append(csv_line(values))
+        self._json_buf.append(JSON_ENCODER.encode(dict(zip(self.columns, values))))
+        if len(self._csv_buf) >= self.FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._csv_buf:
+            self._csv.write("\n".join(self._csv_buf) + "\n")
+            self._json.write(("\n" if self.count == 0 else ",\n") + ",\n".join(self._json_buf))
+            self.count += len(self._csv_buf)
+            self._csv_buf, self._json_buf = [], []
 
     def __enter__(self) -> "PopulationWriter":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._json_file.write("\n]\n" if self.count else "]\n")
-        self._csv_file.close()
-        self._json_file.close()
+        try:
+            if exc[0] is None:
+                self._flush()
+                self._json.write("\n]\n" if self.count else "]\n")
+        finally:
+            self._csv.__exit__(*exc)
+            self._json.__exit__(*exc)
+        self.result = WrittenPopulation(self.name, self.count, (self._csv.digest(f"data/{self.name}.csv"),
+                                                                self._json.digest(f"data/{self.name}.json")))
 
 
 def write_rows(directory: Path, name: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-               on_row: Callable[[Sequence[Any]], None] | None = None) -> int:
-    """Stream ``rows`` into ``data/<name>.csv|json``; ``on_row`` sees each row (for summaries). Returns the count."""
+               on_row: Callable[[Sequence[Any]], None] | None = None) -> WrittenPopulation:
+    """Stream ``rows`` into ``data/<name>.csv|json``; ``on_row`` sees each row (for summaries)."""
     with PopulationWriter(directory, name, columns) as w:
         for row in rows:
             w.write(row)
             if on_row is not None:
                 on_row(row)
-    return w.count
+    return w.result
 
 
-def write_dicts(directory: Path, name: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> int:
+def write_dicts(directory: Path, name: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> WrittenPopulation:
     """``write_rows`` for rows held as dicts keyed by column."""
     return write_rows(directory, name, columns, ([d.get(c) for c in columns] for d in rows))

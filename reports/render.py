@@ -13,13 +13,14 @@ failed rendering leaves no half-written pack behind.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import tarfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +45,7 @@ from reports.manifest import (
     INTEGRITY_FILES,
     MANIFEST_NAME,
     SIGNATURE_NAME,
+    Sha256,
     build_manifest,
     manifest_bytes,
     public_key_id,
@@ -58,6 +60,10 @@ HTML_ROW_LIMIT = 200  # rows per table in the HTML/PDF; full populations are in 
 TIMELINE_GPU_LIMIT = 120  # lanes drawn in the HTML/PDF (WeasyPrint lays out every SVG rect); rest in data/
 CHANGE_COLUMNS = ("change_type", "cluster", "subject", "at", "at_ns", "from_value", "to_value", "detail", "source_id")
 CHUNK_BYTES = 1 << 20
+PARALLEL_PDF_MIN_TRANSACTIONS = 200_000  # below this, a worker process costs more (start-up) than it saves
+# counts in the order they were written before the lineage moved last (it is part of the pack id)
+COUNT_ORDER = ("inventory", "allocation_episodes", "consumer_intervals", "transaction_lineage", "findings", "coverage",
+               "sharing", "changes")
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,7 @@ def ledger_anchor(session: Session) -> tuple[int, str]:
 
 def digest_file(path: Path, rel: str) -> FileDigest:
     """Size and SHA-256 of a file on disk, read in 1 MiB chunks."""
-    h, size = hashlib.sha256(), 0
+    h, size = Sha256(), 0
     with open(path, "rb") as fh:
         while chunk := fh.read(CHUNK_BYTES):
             h.update(chunk)
@@ -276,21 +282,23 @@ def _bundle_changes(findings: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
 
 
 def _lineage_summary(session: Session, scope: pop.Scope) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """(counts by status and reason, counts by physical GPU, total): one GROUP BY pass over the transactions."""
     i, l = InferenceRecord, Lineage
-    status = func.coalesce(l.status, "not-attributed-yet")
-    base = select().select_from(i).outerjoin(l, l.record_id == i.id).where(pop.lineage_filter(scope))
-    by_status = [{"status": r[0], "reason": r[1] or "—", "count": r[2]} for r in session.execute(
-        base.add_columns(status, l.reason, func.count()).group_by(status, l.reason).order_by(status, l.reason))]
-    by_gpu_rows = session.execute(base.add_columns(l.physical_gpu_uuid, status, func.count())
-                                  .where(l.physical_gpu_uuid.is_not(None))
-                                  .group_by(l.physical_gpu_uuid, status).order_by(l.physical_gpu_uuid, status))
+    status = func.coalesce(l.status, pop.NOT_ATTRIBUTED)
+    rows = session.execute(select(l.physical_gpu_uuid, status, l.reason, func.count())
+                           .select_from(i).outerjoin(l, l.record_id == i.id).where(pop.lineage_filter(scope))
+                           .group_by(l.physical_gpu_uuid, status, l.reason)).all()
+    statuses: dict[tuple[str, str | None], int] = {}
     by_gpu: dict[str, dict[str, Any]] = {}
-    for gpu, st, n in by_gpu_rows:
-        g = by_gpu.setdefault(gpu, {"gpu": gpu, "exact": 0, "ambiguous": 0, "other": 0, "total": 0})
-        g[st if st in ("exact", "ambiguous") else "other"] += n
-        g["total"] += n
-    total = sum(r["count"] for r in by_status)
-    return by_status, list(by_gpu.values()), total
+    for gpu, st, reason, n in rows:
+        statuses[(st, reason)] = statuses.get((st, reason), 0) + n
+        if gpu is not None:
+            g = by_gpu.setdefault(gpu, {"gpu": gpu, "exact": 0, "ambiguous": 0, "other": 0, "total": 0})
+            g[st if st in ("exact", "ambiguous") else "other"] += n
+            g["total"] += n
+    by_status = [{"status": st, "reason": reason or "—", "count": n}
+                 for (st, reason), n in sorted(statuses.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or ""))]
+    return by_status, [by_gpu[g] for g in sorted(by_gpu)], sum(statuses.values())
 
 
 # ------------------------------------------------------------------------------------------ render
@@ -345,17 +353,35 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         with sessions() as session:
             if session.get_bind().dialect.name == "postgresql":
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})  # one snapshot
-            context, meta = _gather_and_write(session, scope, tmp / "data", clock_skew_s)
-        pack_id = meta["pack_id"]
-        html = _environment().get_template("report.html.j2").render(**context)
-        (tmp / "index.html").write_text(html, encoding="utf-8")
-        if pdf:
+            context, meta, digests = _gather_and_write(session, scope, tmp / "data", clock_skew_s)
+            pack_id = meta["pack_id"]
+            html = _environment().get_template("report.html.j2").render(**context)
+            digests.append(_write_text(tmp, "index.html", html))
+            # The PDF depends only on the HTML: with a large population it is laid out in a child
+            # process while this one streams the transactions (WeasyPrint is CPU-bound Python).
+            pdf_job = None
+            if pdf and context["transactions"] >= PARALLEL_PDF_MIN_TRANSACTIONS:
+                pdf_job = _pdf_pool().submit(_write_pdf, html, tmp / "report.pdf", pack_id, scope.to_ns)
+            try:
+                lineage = pop.write_lineage(session, scope, tmp / "data")
+            except BaseException:
+                if pdf_job is not None:
+                    pdf_job.cancel()
+                raise
+            if lineage.count != meta["counts"]["transaction_lineage"]:
+                raise RuntimeError(f"transaction lineage: {lineage.count} rows written but {meta['counts']['transaction_lineage']} "
+                                   "counted in the same snapshot")
+            digests.extend(lineage.files)
+        if pdf_job is not None:
+            pdf_job.result()
+        elif pdf:
             _write_pdf(html, tmp / "report.pdf", pack_id, scope.to_ns)
         signed = sign_key is not None
         controls = controls_document(signed)
-        (tmp / "controls.json").write_text(json.dumps(controls, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                           encoding="utf-8")
-        files = [digest_file(p, rel) for rel, p in pack_files(tmp) if rel not in INTEGRITY_FILES]
+        digests.append(_write_text(tmp, "controls.json", json.dumps(controls, indent=2, sort_keys=True,
+                                                                    ensure_ascii=False) + "\n"))
+        known = {d.path: d for d in digests}
+        files = [known.get(rel) or digest_file(p, rel) for rel, p in pack_files(tmp) if rel not in INTEGRITY_FILES]
         manifest = build_manifest(meta, files, public_key_id(sign_key.public_key()) if signed else None)
         data = manifest_bytes(manifest)
         (tmp / MANIFEST_NAME).write_bytes(data)
@@ -376,24 +402,33 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
 
 
 def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_skew_s: float):
+    """Write every population except the transaction lineage (whose count comes from its SQL summary)
+    and gather the template context. Returns (context, manifest metadata, digests of the files written)."""
     col = _Collector(scope)
     counts: dict[str, int] = {}
+    written: list[pop.WrittenPopulation] = []
     sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row}
     for population in pop.STREAMED:
-        counts[population.name] = pop.write_rows(data_dir, population.name, population.columns,
-                                                 pop.stream(session, population, scope), sinks.get(population.name))
+        if population.name == "transaction_lineage":
+            continue  # written by pop.write_lineage, rendered to text in SQL
+        written.append(pop.write_rows(data_dir, population.name, population.columns,
+                                      pop.stream(session, population, scope), sinks.get(population.name)))
     findings = pop.findings(session, scope)
-    counts["findings"] = pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings)
+    written.append(pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings))
     coverage = pop.coverage(session, scope)
-    counts["coverage"] = pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage)
+    written.append(pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage))
     cov_summary = pop.coverage_summary(coverage, scope)
     segments = sharing_segments(col.bars, scope.from_ns, scope.to_ns)
-    counts["sharing"] = pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments))
+    written.append(pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments)))
     dc_changes, device_classes = _device_class_changes(session, scope)
     bundle_changes, bundles = _bundle_changes(findings)
     changes = dc_changes + col.driver_changes() + bundle_changes
-    counts["changes"] = pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes)
+    written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
     by_status, by_gpu, total_txn = _lineage_summary(session, scope)
+    for w in written:
+        counts[w.name] = w.count
+    counts["transaction_lineage"] = total_txn
+    counts = {name: counts[name] for name in COUNT_ORDER}
     anchor_seq, anchor_hash = ledger_anchor(session)
 
     period = {"from": ns_to_rfc3339(scope.from_ns), "to": ns_to_rfc3339(scope.to_ns), "from_ns": scope.from_ns,
@@ -441,7 +476,24 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
                     "changes": CHANGE_COLUMNS},
         "not_evidenced": [c for c in CONTROLS if c["status"] == "not evidenced"],
     }
-    return context, meta
+    return context, meta, [f for w in written for f in w.files]
+
+
+def _write_text(root: Path, rel: str, text: str) -> FileDigest:
+    with pop.TextSink(root / rel) as sink:
+        sink.write(text)
+    return sink.digest(rel)
+
+
+_PDF_POOL: ProcessPoolExecutor | None = None
+
+
+def _pdf_pool() -> ProcessPoolExecutor:
+    """One spawned worker process for PDF layout, started on first use and reused."""
+    global _PDF_POOL
+    if _PDF_POOL is None:
+        _PDF_POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return _PDF_POOL
 
 
 def _timeline_gpus(bars: list[Bar], segments) -> set[str]:

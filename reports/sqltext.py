@@ -9,7 +9,7 @@ The text is the same on both backends and the same as the Python writers in
 ``reports.populations`` (``csv_line``, ``JSON_ENCODER``), which are the reference:
 
 - CSV (RFC 4180 §2): fields separated by ``,``; a text field is quoted when it contains ``,``,
-  ``"``, LF or CR, with ``"`` doubled inside; null is an empty field; integers in decimal.
+  ``"``, LF or CR, with ``"`` doubled inside; null and the empty string are an empty field; integers in decimal.
 - JSON: one object per row, keys in column order, no whitespace, strings escaped as Python's
   ``json.dumps(..., ensure_ascii=False)`` does (``\\" \\\\ \\b \\f \\n \\r \\t``, other control
   characters ``\\u00xx``, everything else as UTF-8); null as ``null``; integers in decimal.
@@ -54,6 +54,24 @@ def _csv_field(expr: str, kind: str, dialect: str) -> str:
         return f"iif({expr} GLOB '*[,\"' || char(10) || char(13) || ']*', {quoted}, {expr})"
     special = " OR ".join(f"strpos({expr}, chr({c})) > 0" for c in (44, 34, 10, 13))  # , " LF CR
     return f"CASE WHEN {special} THEN {quoted} ELSE {expr} END"
+
+
+def copy_csv_value(expr: str, kind: str, dialect: str) -> str:
+    """A field for PostgreSQL's ``COPY ... (FORMAT csv)``, whose quoting is the rule above (its extra
+    rule for ``\\.`` applies to one-column rows only). Empty text becomes NULL: COPY would write it ``""``,
+    the other writers write an empty field for both.
+
+    Raises:
+        ValueError: ``dialect`` is not ``postgresql`` or ``kind`` is unknown.
+    """
+    if dialect != "postgresql":
+        raise ValueError(f"COPY is PostgreSQL's; dialect {dialect!r} renders CSV with csv_line_sql")
+    _check([("field", expr, kind)], dialect)
+    if kind == INT:
+        return expr
+    if kind == TIME:
+        return _time_text(expr, dialect)
+    return f"NULLIF({expr}, '')"
 
 
 def _format_call(template: str, args: Sequence[str], dialect: str) -> str:

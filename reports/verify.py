@@ -7,14 +7,13 @@ link, device, absolute path or ``..`` member is reported as a failure, never ext
 
 from __future__ import annotations
 
-import hashlib
 import tarfile
 from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from collector.errors import UserError
-from reports.manifest import MANIFEST_NAME, SIGNATURE_NAME, Check, FileDigest, check_pack
+from reports.manifest import MANIFEST_NAME, SIGNATURE_NAME, Check, FileDigest, Sha256, check_pack
 from reports.render import digest_file, pack_files
 
 CHUNK_BYTES = 1 << 20
@@ -81,7 +80,7 @@ def _verify_archive(archive: Path, public_key: Ed25519PublicKey | None) -> list[
                 else:
                     signature = data
                 continue
-            h, size = hashlib.sha256(), 0
+            h, size = Sha256(), 0
             while chunk := fh.read(CHUNK_BYTES):
                 h.update(chunk)
                 size += len(chunk)

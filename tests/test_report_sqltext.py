@@ -1,0 +1,124 @@
+"""The transaction lineage rendered to CSV/JSON text by the database equals the Python writers' bytes.
+
+Runs on SQLite and PostgreSQL: both are compared with the same Python reference (``csv_line``,
+``JSON_ENCODER``, ``ns_to_rfc3339``), so the two backends give the same files for the same rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import insert
+
+from collector.store.models import InferenceRecord, Lineage
+from collector.timeutil import dt_to_ns, ns_to_rfc3339
+from reports import populations as pop
+from reports import sqltext
+from reports.manifest import digest_bytes
+
+DAY_NS = dt_to_ns(datetime(2026, 11, 28, tzinfo=timezone.utc))
+# Values a log line can carry into a transaction: separators, quotes, line ends, control and
+# non-ASCII characters, JSON-looking text, empty strings.
+NASTY = [
+    'txn,with,commas', 'say "approve"', "line\nbreak", "carriage\rreturn", "crlf\r\n", "tab\there",
+    "back\\slash", "\x01\x1f\x7f ctl", "é ü 中文 \u2028 \u2029 😀", '{"json":[1,2]}', "", " lead and trail ",
+    "'single'", "%s %d %%", "\\.",
+]
+
+
+def _add(s, rid: int, t_ns: int, txn: str, text: str | None, status: str | None) -> None:
+    s.execute(insert(InferenceRecord).values(
+        id=rid, transaction_id=txn, event_time_ns=t_ns, event_time_precision_ns=1000, received_ns=t_ns + 1,
+        cluster="prod-eu-1", pod_uid=None, pod_namespace="risk-inference", pod_name=text, container_name="scorer",
+        node_name="node-a" if text is None else None, model_name=text, model_version="2026.11.3", decision=text,
+        source_format="jsonl", envelope="plain", source="s.jsonl", position=str(rid), raw_sha256="ab" * 32,
+        dedup_key=f"k{rid}", conflict=False))
+    if status is not None:
+        s.execute(insert(Lineage).values(
+            record_id=rid, status=status, reason=text, candidates=rid % 3, pod_uid=f"pod-{rid}",
+            claim_namespace="risk-inference", claim_name=text, request="gpu", driver="gpu.nvidia.com", pool="node-a",
+            device="gpu-0", physical_gpu_uuid="GPU-7f3c2a1e", device_uuid="GPU-7f3c2a1e", mig_profile=None,
+            node_name="node-a", attributed_at=datetime(2026, 11, 29, tzinfo=timezone.utc)))
+
+
+def _fill(sessions) -> None:
+    with sessions.begin() as s:
+        for k, text in enumerate(NASTY):
+            # nanosecond fractions with and without trailing zeros, and whole seconds
+            t_ns = DAY_NS + k * 1_000_000_007 + (0 if k % 4 == 0 else 10 ** (k % 9))
+            _add(s, k + 1, t_ns, f"txn-{k:03d}-{text}", text, "exact" if k % 5 else None)
+        _add(s, 100, DAY_NS + 3_600_000_000_000, "txn-nulls", None, "unattributed")
+        _add(s, 101, DAY_NS - 1, "before-period", "x", "exact")  # outside the period
+
+
+def _reference(sessions, scope) -> tuple[bytes, bytes, int]:
+    """What ``PopulationWriter`` (the Python path) writes for the same population."""
+    population = next(p for p in pop.STREAMED if p.name == "transaction_lineage")
+    rows = []
+    with sessions() as s:
+        rows = list(pop.stream(s, population, scope))
+    csv_text = "".join(pop.csv_line(r) + "\n" for r in [pop.LINEAGE_COLUMNS] + rows)
+    objects = [pop.JSON_ENCODER.encode(dict(zip(pop.LINEAGE_COLUMNS, r))) for r in rows]
+    json_text = ("[\n" + ",\n".join(objects) + "\n]\n") if objects else "[]\n"
+    return csv_text.encode(), json_text.encode(), len(rows)
+
+
+@pytest.mark.parametrize("batch_rows", [4, 20_000])
+def test_sql_rendered_lineage_equals_python_writers(sessions, tmp_path, batch_rows):
+    _fill(sessions)
+    scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
+    want_csv, want_json, n = _reference(sessions, scope)
+    assert n == len(NASTY) + 1
+    with sessions() as s:
+        written = pop.write_lineage(s, scope, tmp_path, batch_rows=batch_rows)
+    got_csv = (tmp_path / "transaction_lineage.csv").read_bytes()
+    got_json = (tmp_path / "transaction_lineage.json").read_bytes()
+    assert got_csv == want_csv
+    assert got_json == want_json
+    assert written.count == n
+    assert written.files == (digest_bytes("data/transaction_lineage.csv", got_csv),
+                             digest_bytes("data/transaction_lineage.json", got_json))
+
+    # and the text reads back as the stored values
+    records = list(csv.reader(io.StringIO(got_csv.decode(), newline="")))
+    objects = json.loads(got_json)
+    assert records[0] == list(pop.LINEAGE_COLUMNS)
+    by_txn = {o["transaction_id"]: o for o in objects}
+    for k, text in enumerate(NASTY):
+        o = by_txn[f"txn-{k:03d}-{text}"]
+        assert o["pod_name"] == o["decision"] == text
+        assert o["status"] == ("exact" if k % 5 else pop.NOT_ATTRIBUTED)
+        assert o["event_time"] == ns_to_rfc3339(o["event_time_ns"])
+    for record, o in zip(records[1:], objects):
+        assert record == ["" if v is None else str(v) for v in o.values()]
+    nulls = by_txn["txn-nulls"]
+    assert nulls["reason"] is None and nulls["node_name"] == "node-a" and nulls["candidates"] == 1
+    assert "before-period" not in by_txn
+
+
+def test_empty_period_writes_header_and_empty_array(sessions, tmp_path):
+    _fill(sessions)
+    scope = pop.Scope(DAY_NS - 10**12, DAY_NS - 10**10, (), ())
+    with sessions() as s:
+        written = pop.write_lineage(s, scope, tmp_path)
+    assert written.count == 0
+    assert (tmp_path / "transaction_lineage.csv").read_text() == ",".join(pop.LINEAGE_COLUMNS) + "\n"
+    assert (tmp_path / "transaction_lineage.json").read_text() == "[]\n"
+
+
+def test_sql_text_rejects_unknown_dialect_and_kind():
+    with pytest.raises(ValueError, match="mysql"):
+        sqltext.csv_line_sql([("a", "t.a", sqltext.TEXT)], "mysql")
+    with pytest.raises(ValueError, match="unknown kind"):
+        sqltext.json_object_sql([("a", "t.a", "float")], "sqlite")
+    with pytest.raises(ValueError, match="identifier"):
+        sqltext.json_object_sql([('a"b', "t.a", sqltext.TEXT)], "postgresql")
+
+
+def test_csv_field_quotes_rfc4180_specials_only():
+    assert pop.csv_line(["plain", None, True, False, 7, 'a "q"', "x,y", "l\nf", "c\rr", "", {"b": 1, "a": [2]}, "\\.", "\\.x"]) == \
+        'plain,,true,false,7,"a ""q""","x,y","l\nf","c\rr",,"{""a"":[2],""b"":1}",\\.,\\.x'
