@@ -63,7 +63,7 @@ def test_1_silent_connection_detected_and_resumed(srv, sessions, watcher_factory
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
     # Force a new watch so the stall applies: close the open streams cleanly.
     srv.close_watches()
-    time.sleep(0.3)
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
     created = [srv.apply(claim(f"c{i}")) for i in range(3)]
     wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 3, timeout_s=15, what="changes after the stall")
     assert sorted(v[1] for v in versions(sessions, "ResourceClaim")) == sorted(c["metadata"]["resourceVersion"] for c in created)
@@ -80,7 +80,7 @@ def test_2_stream_cut_mid_event_keeps_complete_events_once(srv, sessions, watche
     lists_before = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") != "true"])
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="cut_mid_event", after_events=2))
     srv.close_watches()
-    time.sleep(0.3)
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
     created = [srv.apply(claim(f"cut{i}")) for i in range(3)]
     wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 3, timeout_s=15, what="all three claims")
     assert sorted(v[1] for v in versions(sessions, "ResourceClaim")) == sorted(c["metadata"]["resourceVersion"] for c in created)
@@ -96,7 +96,7 @@ def test_3_multibyte_character_split_across_chunks(srv, sessions, watcher_factor
     text = "Überweisung – 取引 😀 prüfen"
     srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="split_utf8"))
     srv.close_watches()
-    time.sleep(0.3)
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
     srv.apply(claim("utf8", annotations={"bank.example/purpose": text}))
     wait_until(lambda: stored_raw(sessions, "ResourceClaim", "utf8"), what="claim stored")
     assert stored_raw(sessions, "ResourceClaim", "utf8")[0]["metadata"]["annotations"]["bank.example/purpose"] == text
@@ -106,10 +106,14 @@ def test_4_bookmark_moves_resume_point_after_rows(srv, sessions, watcher_factory
     w = watcher_factory()
     _synced(w)
     c = srv.apply(claim("bm"))
-    srv.bump_rv(5)
-    srv.send_bookmark("ResourceClaim")
+    srv.bump_rv(5)  # writes elsewhere: only a bookmark can move the claim watch's resume point here
     target = str(srv.current_rv)
-    wait_until(lambda: resume_rv(sessions, "ResourceClaim") == target, what="bookmark RV stored")
+
+    def stored():
+        srv.send_bookmark("ResourceClaim")  # again at each poll: the watch may be reconnecting
+        return resume_rv(sessions, "ResourceClaim") == target
+
+    wait_until(stored, interval_s=0.05, what="bookmark RV stored")
     assert ("bm", c["metadata"]["resourceVersion"], "ADDED") in versions(sessions, "ResourceClaim")
 
 
@@ -275,7 +279,7 @@ def test_11_invalid_json_and_wrongly_typed_object_quarantined_once(srv, sessions
     srv.add_fault(Fault(kind="ResourceSlice", verb="watch", action="inject_line",
                         raw=json.dumps({"type": "ADDED", "object": bad_slice}).encode()))
     srv.close_watches()
-    time.sleep(0.3)
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
     good = srv.apply(gpu_slice("gpu-node-a", [("gpu-0", "GPU-good")]))
     wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 1, what="good slice after the bad lines")
     wait_until(lambda: len(quarantined(sessions)) == 2, what="two quarantined lines")

@@ -12,7 +12,7 @@ from collector.sim.dra_objects import (allocate, bind_pod, deallocate, make_clai
 from collector.sim.scenario import claim_lifecycle_steps, play
 from collector.store.models import AllocationEpisode, AllocationResult, ClaimConsumer, DeviceState, ObjectVersion
 from collector.timeutil import dt_to_ns
-from tests.watch_support import start_watcher, versions, wait_until
+from tests.watch_support import caught_up, start_watcher, versions
 
 GPU_A = "GPU-3b4f6a1c-1d2e-4f50-8a9b-0c1d2e3f4a5b"
 GPU_B = "GPU-9c8d7e6f-5a4b-4c3d-9e2f-1a0b9c8d7e6f"
@@ -21,14 +21,6 @@ GPU_B = "GPU-9c8d7e6f-5a4b-4c3d-9e2f-1a0b9c8d7e6f"
 def _inventory(srv):
     srv.apply(make_device_class("gpu.nvidia.com"))
     srv.apply(make_slice("node-a", [make_gpu_device(0, uuid=GPU_A), make_gpu_device(1, uuid=GPU_B)]))
-
-
-def _caught_up(srv, sessions, watcher):
-    """Every kind has committed everything up to now: a BOOKMARK at the current RV has been stored."""
-    target = srv.current_rv
-    srv.send_bookmark()
-    wait_until(lambda: all(int(r.resume_rv or 0) >= target for r in watcher.reflectors), what="watcher caught up")
-    assert watcher.recorder.flush(10)
 
 
 def _observed_ns(sessions, name, rv):
@@ -44,7 +36,7 @@ def test_template_claim_lifecycle_gives_exact_rows_and_one_episode(srv, sessions
         assert w.wait_synced(10)
         steps = claim_lifecycle_steps("fraud-scoring-0", "risk-inference", "node-a", [("gpu", "gpu-0")], delete_pod=True)
         written = play(srv, steps, speed=0)
-        _caught_up(srv, sessions, w)
+        caught_up(srv, w)
     finally:
         w.stop()
     claim_name = written[1]["metadata"]["name"]
@@ -80,7 +72,7 @@ def test_shared_claim_two_consumers_and_reallocation_two_episodes(srv, sessions)
         shared = srv.apply(deallocate(shared))  # last consumer left: allocation erased
         p3 = srv.apply(make_pod("scorer-3", "risk-inference", claim_names={"gpu": "shared-gpu"}))
         shared = srv.apply(allocate(shared, [("gpu", "gpu-1")], p3, node="node-a"))  # re-allocated elsewhere
-        _caught_up(srv, sessions, w)
+        caught_up(srv, w)
     finally:
         w.stop()
     with sessions() as s:
@@ -132,7 +124,7 @@ def test_older_api_versions_give_the_same_projections(served, sessions, database
                 pod = server.apply(make_pod("classifier-0", "kyc-docs", claim_names={"mig": "kyc-mig"}))
                 server.apply(allocate(claim, [("mig", "gpu.nvidia.com", "node-c", "gpu-0-mig-1g12gb-19-0")], pod, node="node-c"))
                 server.apply(pod_running(bind_pod(pod, "node-c")))
-                _caught_up(server, session_factory, w)
+                caught_up(server, w)
                 assert {r.spec.version for r in w.reflectors if r.spec.group} == {versions_served[0]}
             finally:
                 w.stop()

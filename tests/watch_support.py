@@ -19,7 +19,7 @@ FAST = ReflectorSettings(list_page_size=2, watch_timeout_s=30, read_timeout_s=1.
                          backoff_initial_s=0.05, backoff_max_s=0.4, backoff_reset_s=5.0)
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, interval_s: float = 0.02, what: str = "condition") -> Any:
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.02, what: str = "condition") -> Any:
     """Poll ``predicate`` until it returns a truthy value; fail the test after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -113,3 +113,19 @@ def pod(name: str, namespace: str = "risk-inference", claim_name: str | None = "
         spec["containers"][1]["resources"] = {"claims": [{"name": "gpu"}]}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec,
             "status": {"phase": "Pending"}}
+
+
+def caught_up(srv, watcher, timeout_s: float = 30.0) -> None:
+    """Every kind has committed everything up to now: a BOOKMARK at the current RV was received.
+
+    Bookmarks go only to watches open at that moment (a watch may be reconnecting after its short
+    test read timeout), so one is sent at every poll until each reflector has one.
+    """
+    target = srv.current_rv
+
+    def done():
+        srv.send_bookmark()
+        return all(int(r.resume_rv or 0) >= target for r in watcher.reflectors)
+
+    wait_until(done, timeout_s=timeout_s, interval_s=0.05, what="watcher caught up")
+    assert watcher.recorder.flush(timeout_s)
