@@ -14,7 +14,12 @@ with a lineage row (exact), a few findings and a coverage gap. Transactions and 
 generated in the database with a recursive CTE (fast on both backends); the rest with executemany.
 
 The pack is rendered in a child process so that its peak RSS (``ru_maxrss``) is the renderer's
-alone. Targets (issue 6): 10 M transactions in < 60 s, peak RSS < 1 GiB.
+alone; the PDF worker process it starts for large packs is reported separately (CPU, peak RSS).
+``--keep-store`` keeps the filled store and prints its URL; ``--store URL`` renders from it again
+(profiling: ``py-spy record -- python bench/report_bench.py --render-only URL OUT``).
+Targets (issue 6): 10 M transactions in < 60 s, peak RSS < 1 GiB. The pack is about 1 KB per
+transaction (CSV + JSON), so 10 M transactions write ~10 GB: the disk's sustained write rate
+bounds the run from below.
 """
 
 from __future__ import annotations
@@ -140,7 +145,10 @@ def fill(url: str, n: int, claims: int, gpus: int) -> None:
 
 
 def render_child(url: str, out: str, pdf: bool) -> None:
+    from reports import render
     from reports.render import PackRequest, render_pack
+
+    shutdown_pdf_worker = getattr(render, "shutdown_pdf_worker", lambda: None)  # absent in older revisions
 
     engine = make_engine(url)
     sessions = make_session_factory(engine)
@@ -149,12 +157,15 @@ def render_child(url: str, out: str, pdf: bool) -> None:
     result = render_pack(sessions, PackRequest(DAY, DAY + timedelta(days=1), (CLUSTER,)), Path(out), pdf=pdf,
                          record=False)
     seconds = time.perf_counter() - started
+    shutdown_pdf_worker()  # so that its CPU and peak RSS are counted in RUSAGE_CHILDREN
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu_s = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime
     peak = usage.ru_maxrss * 1024
     sizes = {f.path: f.size for f in result.files}
     print(json.dumps({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_s, 2), "peak_rss_bytes": peak,
-                      "counts": result.counts, "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
+                      "counts": result.counts, "phases_s": getattr(result, "timings_s", {}),
+                      "children_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+                      "children_cpu_seconds": round(sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]), 2), "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
 
 
 def main() -> None:
@@ -201,6 +212,8 @@ def main() -> None:
         print(f"pack: {m['seconds']:.1f} s wall, {m['cpu_seconds']:.1f} s CPU (renderer), "
               f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
               f"{m['pack_bytes'] / 2**20:.0f} MiB on disk (PDF {(m['pdf_bytes'] or 0) / 2**10:.0f} KiB)")
+        print(f"phases (wall s): {m['phases_s']}")
+        print(f"PDF worker process: {m['children_cpu_seconds']:.1f} s CPU, peak RSS {m['children_peak_rss_bytes'] / 2**20:.0f} MiB")
         print(f"rows: {m['counts']}")
         print("targets: 10 M transactions < 60 s, peak RSS < 1 GiB")
     finally:

@@ -3,9 +3,12 @@
 Each population has stable column names (documented in the methodology section and used by
 auditors' sampling scripts); times are given twice, as RFC 3339 UTC text (``*_at``/``valid_from``)
 and as integer nanoseconds (``*_ns``). Rows are ordered by a total order (ending with a primary
-key) so the same store gives byte-identical files. Large populations (transaction lineage,
-allocation episodes) are read with ``yield_per`` (a server-side cursor on PostgreSQL) and written
-as they arrive: memory stays bounded whatever the period holds.
+key) so the same store gives byte-identical files. Populations bounded by claims and devices
+(inventory, allocation episodes, consumers) are read with ``yield_per`` and formatted in Python.
+The transaction lineage, which grows with traffic, is rendered to CSV and JSON text by the database
+(``reports.sqltext``; ``COPY ... TO STDOUT`` on PostgreSQL) and written in batches; the same rows
+give the same bytes on SQLite and PostgreSQL. Files are hashed while written. Memory stays bounded
+whatever the period holds.
 
 Scope: a half-open period ``[from_ns, to_ns)``; interval rows are selected when they overlap it,
 point rows (transactions) when their time falls in it. ``clusters`` empty means every cluster;

@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import shutil
 import tarfile
+import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -94,6 +95,7 @@ class PackResult:
     recorded: bool = False
     signed: bool = False
     files: list[FileDigest] = field(default_factory=list)
+    timings_s: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (for benchmarks and logs)
 
 
 def _fmt_dt(ns: int | None) -> str:
@@ -349,6 +351,15 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         (tmp / "data").mkdir(parents=True)
     except OSError as exc:
         raise UserError(f"--out {out_dir}: cannot create it ({exc.strerror})") from None
+    timings: dict[str, float] = {}
+    mark = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        timings[phase] = round(now - mark, 3)
+        mark = now
+
     try:
         with sessions() as session:
             if session.get_bind().dialect.name == "postgresql":
@@ -357,6 +368,7 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
             pack_id = meta["pack_id"]
             html = _environment().get_template("report.html.j2").render(**context)
             digests.append(_write_text(tmp, "index.html", html))
+            lap("populations_and_html")
             # The PDF depends only on the HTML: with a large population it is laid out in a child
             # process while this one streams the transactions (WeasyPrint is CPU-bound Python).
             pdf_job = None
@@ -372,10 +384,12 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
                 raise RuntimeError(f"transaction lineage: {lineage.count} rows written but {meta['counts']['transaction_lineage']} "
                                    "counted in the same snapshot")
             digests.extend(lineage.files)
+            lap("transaction_lineage")
         if pdf_job is not None:
             pdf_job.result()
         elif pdf:
             _write_pdf(html, tmp / "report.pdf", pack_id, scope.to_ns)
+        lap("pdf_wait" if pdf_job is not None else "pdf")
         signed = sign_key is not None
         controls = controls_document(signed)
         digests.append(_write_text(tmp, "controls.json", json.dumps(controls, indent=2, sort_keys=True,
@@ -390,10 +404,13 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         if out_dir.exists():
             out_dir.rmdir()
         tmp.rename(out_dir)
+        lap("manifest")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    result = PackResult(out_dir, pack_id, sha256_hex(data), context["counts"], signed=signed, files=files)
+    result = PackResult(out_dir, pack_id, sha256_hex(data), context["counts"], signed=signed, files=files,
+                        timings_s=timings)
+    log.info("pack %s rendered: %s", pack_id, ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     if archive:
         result.archive = write_archive(out_dir, out_dir.with_name(out_dir.name + ".tar.gz"), scope.to_ns)
     if record:
@@ -494,6 +511,14 @@ def _pdf_pool() -> ProcessPoolExecutor:
     if _PDF_POOL is None:
         _PDF_POOL = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     return _PDF_POOL
+
+
+def shutdown_pdf_worker() -> None:
+    """Stop the PDF worker process if one was started (it is otherwise stopped at interpreter exit)."""
+    global _PDF_POOL
+    if _PDF_POOL is not None:
+        _PDF_POOL.shutdown(wait=True)
+        _PDF_POOL = None
 
 
 def _timeline_gpus(bars: list[Bar], segments) -> set[str]:
