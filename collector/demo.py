@@ -72,6 +72,8 @@ class DemoResult:
 
 def _prepare_out_dir(out_dir: Path) -> None:
     """Create ``out_dir``; a previous demo's directory (marked) is reused, anything else must be empty."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: is a file, not a directory; choose a new directory")
     if out_dir.exists():
         if (out_dir / MARKER).exists():
             for child in out_dir.iterdir():

@@ -338,9 +338,11 @@ def _record_end(ctx: JobContext, run_id: int | None, outcome: str, error: str | 
         log.exception("job run %s: cannot record its outcome %s", run_id, outcome)
 
 
-def run_job(context_key: str, job_id: str) -> str:
+def run_job(context_key: str, job_id: str, is_retry: bool = False) -> str:
     """Entry point APScheduler calls: run one job, record the run, schedule a retry on failure.
 
+    A failed retry is not retried again (the job's own schedule runs it next): re-adding the
+    one-shot retry job from inside itself races APScheduler's removal of it (JobLookupError).
     Never raises: the outcome is in ``job_runs`` and the log. Returns the outcome.
     """
     ctx = _CONTEXTS.get(context_key)
@@ -358,7 +360,8 @@ def run_job(context_key: str, job_id: str) -> str:
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:1000]
         log.exception("job %s failed: %s", job_id, message)
         _record_end(ctx, run_id, "error", message, None)
-        _schedule_retry(ctx, context_key, job_id)
+        if not is_retry:
+            _schedule_retry(ctx, context_key, job_id)
         return "error"
     log.info("job %s: %s", job_id, summary)
     _record_end(ctx, run_id, "success", None, summary)
@@ -371,7 +374,7 @@ def _schedule_retry(ctx: JobContext, context_key: str, job_id: str) -> None:
         return
     when = datetime.now(timezone.utc) + timedelta(seconds=ctx.config.retry_delay_s)
     try:
-        sched.add_job(run_job, DateTrigger(when, timezone=timezone.utc), args=[context_key, job_id],
+        sched.add_job(run_job, DateTrigger(when, timezone=timezone.utc), args=[context_key, job_id, True],
                       id=f"{job_id}.retry", name=f"retry {job_id}", replace_existing=True, misfire_grace_time=None)
     except Exception:  # noqa: BLE001
         log.exception("job %s: cannot schedule its retry", job_id)

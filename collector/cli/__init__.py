@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib
+import tarfile
+import zlib
 import logging
 import sys
 
@@ -30,11 +33,17 @@ class _Main(click.Group):
         except UserError as exc:
             click.echo(f"draudit: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except (EOFError, gzip.BadGzipFile, zlib.error, tarfile.ReadError) as exc:
+            # click would print only "Aborted!" for EOFError: say what happened instead.
+            click.echo(f"draudit: error: an input file ended early or is not valid gzip/tar ({type(exc).__name__}: {exc}); "
+                       "check that the file was copied completely", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="draudit")
-@click.option("--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (env DRAUDIT_LOG_LEVEL).")
+@click.option("--log-level", default=None, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Logging detail on stderr (env DRAUDIT_LOG_LEVEL, default WARNING).")
 def cli(log_level: str | None) -> None:
     """draudit: which physical GPU served which transaction — evidence for DORA/NIS2 audits."""
     import os

@@ -30,10 +30,17 @@ def db_upgrade(revision: str, database_url: str | None) -> None:
 @db_group.command("downgrade")
 @click.argument("revision")
 @database_option
-def db_downgrade(revision: str, database_url: str | None) -> None:
-    """Downgrade the schema to REVISION (``base`` drops every draudit table)."""
+@click.option("--yes", is_flag=True, help="Confirm: a downgrade drops tables, and with them recorded evidence.")
+def db_downgrade(revision: str, database_url: str | None, yes: bool) -> None:
+    """Downgrade the schema to REVISION (``base`` drops every draudit table and all evidence in them)."""
+    from collector.errors import UserError
+
     settings = settings_from(database_url=database_url)
     engine = make_engine(settings.database_url)
+    entries = migrate.ledger_entries(engine)
+    if entries and not yes:
+        raise UserError(f"database {engine.url.render_as_string(hide_password=True)} holds {entries} ledger entries of evidence; "
+                        f"a downgrade to {revision} may delete them — export a pack first, then repeat with --yes")
     migrate.downgrade(engine, revision)
     click.echo(f"database {engine.url.render_as_string(hide_password=True)} at revision {migrate.current_revision(engine) or 'base'}")
 
@@ -48,6 +55,7 @@ def db_current(database_url: str | None) -> None:
     head = migrate.head_revision()
     state = "up to date" if current == head else ("not migrated" if current is None else "needs `draudit db upgrade`")
     click.echo(f"current: {current or 'base'}\nhead:    {head}\n{state}")
+    sys.exit(0 if current == head else 1)
 
 
 @click.group("ledger")

@@ -54,6 +54,8 @@ def watch_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, datab
     _engine, sessions = open_store(settings)
     watcher = _build_watcher(settings, sessions, api_server)
     watcher.start()
+    click.echo(f"draudit watch: recording cluster {settings.cluster!r} into {_engine.url.render_as_string(hide_password=True)}"
+               + ("" if exit_when_synced else " (SIGTERM or Ctrl-C to stop)"), err=True)
     stop = threading.Event()
     try:
         if exit_when_synced:
@@ -80,6 +82,9 @@ def run_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, databas
     settings = settings_from(database_url=database_url, kubeconfig=kubeconfig, kube_context=kube_context, cluster=cluster,
                              leader_elect=leader_elect, http_host=http_host, http_port=http_port)
     _engine, sessions = open_store(settings)
+    if settings.resolved_ingest_token() is None:  # raises UserError for an unreadable token file
+        click.echo("draudit run: no DRAUDIT_INGEST_TOKEN / DRAUDIT_INGEST_TOKEN_FILE: /v1/ingest and /v1/logs refuse every request",
+                   err=True)
     watcher = _build_watcher(settings, sessions, api_server)
     from collector.ingest.http import ingest_routes
     from collector.scheduler import build_scheduler

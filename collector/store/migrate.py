@@ -12,7 +12,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Engine
 
 import migrations
@@ -103,3 +103,12 @@ def require_current_schema(engine: Engine) -> None:
             f"(a newer draudit migrated it); upgrade draudit, or run `draudit db downgrade {head}` with the newer version"
         ) from None
     raise UserError(f"database {where} is at revision {current}, behind {head}; run `draudit db upgrade`")
+
+
+def ledger_entries(engine: Engine) -> int:
+    """How many ledger entries the database holds (0 when there is no ledger table yet)."""
+    check_connection(engine)
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("ledger"):
+            return 0
+        return int(conn.execute(text("SELECT count(*) FROM ledger")).scalar_one())
