@@ -1,0 +1,230 @@
+"""Attribution runs (collector/lineage.py): segment timeline = per-record rule, late history, concurrency.
+
+Histories are projection rows built with ``tests.test_lineage.History`` on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import func, insert, select, update
+
+from collector.errors import UserError
+from collector.lineage import LINEAGE_COLUMNS, attribute_run, history_horizons, lineage_select
+from collector.store.models import AllocationResult, InferenceRecord, Lineage, WatchState
+from collector.timeutil import ns_to_dt
+from tests.test_lineage import (  # noqa: F401 - hist is a fixture
+    CLUSTER, GPU_A, GPU_B, NS, S, T0, History, hist, lineage_of, sidecar_pod, single_gpu_pod,
+)
+
+MIG_A = "MIG-1c2d3e4f-5a6b-5c7d-8e9f-0a1b2c3d4e5f"
+
+
+def stored_rows(session) -> dict[int, tuple]:
+    """Every lineage row but its ``attributed_at``, by record id."""
+    cols = [Lineage.__table__.c[c] for c in LINEAGE_COLUMNS[:-1]]
+    return {row[0]: tuple(row) for row in session.execute(select(*cols))}
+
+
+def per_record_rows(session, **kwargs) -> dict[int, tuple]:
+    """The rule evaluated with every record as its own point (``lineage_select``), nothing written."""
+    q = lineage_select(all=True, **kwargs).subquery()
+    return {row[0]: tuple(row) for row in session.execute(select(*[q.c[c] for c in LINEAGE_COLUMNS[:-1]]))}
+
+
+def busy_history(h: History) -> list[int]:
+    """Restarts, republished slices, generations, MIG, a shared claim, the sidecar pattern, a gap,
+    reservations observed late and early; then records every 700 ms within ±4 s of every bound."""
+    h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 - 3600 * S, T0 + 300 * S, generation=1)
+    h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 + 300 * S, generation=2)
+    h.gpu("gpu-node-a", "gpu-0", GPU_B, T0 + 290 * S, T0 + 310 * S, generation=1)  # stale slice overlapping
+    h.gpu("gpu-node-b", "gpu-1", GPU_B)
+    h.gpu("gpu-node-b", "gpu-1-mig-1g10gb-19-0", MIG_A, parent=GPU_B, profile="1g.10gb")
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0, T0 + 200 * S)
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-b", "gpu-1", T0 + 198 * S)  # restarted elsewhere, seen early
+    single_gpu_pod(h, "fraud-scorer-small-0", "gpu-node-b", "gpu-1-mig-1g10gb-19-0", T0 + 30 * S, T0 + 400 * S)
+    spec = dict(claims={"shared": "shared-a100"}, containers={"triton": [("shared", "")]})
+    p1 = h.pod("scorer-a-5f7d9-abcde", "gpu-node-a", T0 + 10 * S, **spec)
+    p2 = h.pod("scorer-b-6c8e1-fghij", "gpu-node-a", T0 + 50 * S, T0 + 250 * S, **spec)
+    h.claim("shared-a100", T0, results=[("gpu", "gpu-node-a", "gpu-0")],
+            consumers=[(p1, "scorer-a-5f7d9-abcde", T0 + 12 * S, None),
+                       (p2, "scorer-b-6c8e1-fghij", T0 + 48 * S, T0 + 251 * S)])
+    sidecar_pod(h, "risk-api-7d9f8c-x2x9z")
+    h.gap("ResourceClaim", T0 + 330 * S, T0 + 345 * S)
+
+    bounds = sorted({T0, T0 + 10 * S, T0 + 12 * S, T0 + 30 * S, T0 + 48 * S, T0 + 50 * S, T0 + 198 * S, T0 + 200 * S,
+                     T0 + 250 * S, T0 + 251 * S, T0 + 290 * S, T0 + 300 * S, T0 + 310 * S,
+                     T0 + 330 * S, T0 + 345 * S, T0 + 400 * S})
+    times = sorted({b + k * 800_000_000 for b in bounds for k in range(-5, 6)})
+    who = [dict(pod_name="fraud-scorer-0"), dict(pod_name="fraud-scorer-small-0"),
+           dict(pod_name="scorer-a-5f7d9-abcde"), dict(pod_uid=p2, container_name="triton"),
+           dict(pod_name="risk-api-7d9f8c-x2x9z", container_name="risk-api"),
+           dict(pod_name="risk-api-7d9f8c-x2x9z", container_name="triton-b"), dict(pod_name="nobody-0")]
+    rows = []
+    for i, t in enumerate(times):
+        for j, kw in enumerate(who):
+            key = f"busy-{i}-{j}"
+            rows.append({"transaction_id": f"txn-{i}-{j}", "event_time_ns": t, "event_time_precision_ns": 1_000_000,
+                         "received_ns": t + 40_000_000, "cluster": CLUSTER, "pod_uid": None, "pod_namespace": NS,
+                         "pod_name": None, "container_name": "triton", "source_format": "spring_ecs_nested",
+                         "envelope": "cri", "source": "/var/log/pods/risk.log", "raw_sha256": key, "dedup_key": key,
+                         **kw})
+    h.s.execute(insert(InferenceRecord), rows)
+    return h.s.execute(select(InferenceRecord.id).order_by(InferenceRecord.id)).scalars().all()
+
+
+@pytest.mark.parametrize("pins", [None, {f"{NS}/risk-api": "triton-a"}])
+def test_segment_timeline_equals_the_per_record_rule(hist, pins):
+    h = hist
+    ids = busy_history(h)
+    summary = attribute_run(h.s, serving_containers=pins, chunk_records=97)  # many chunks, keys split
+    got = stored_rows(h.s)
+    want = per_record_rows(h.s, serving_containers=pins, cluster="default")
+    assert len(got) == len(ids) and got == want
+    # the history exercises every branch of the rule
+    reasons = {r for _, _, r, *_ in got.values()}
+    assert {None, "skew-window", "several-devices", "several-pods", "no-pod", "coverage-gap"} <= reasons
+    assert sum(summary.by_status.values()) == len(ids)
+    # a second pass with another skew and no chunking agrees as well
+    attribute_run(h.s, all=True, clock_skew_s=0.5, serving_containers=pins)
+    assert stored_rows(h.s) == per_record_rows(h.s, clock_skew_s=0.5, serving_containers=pins)
+
+
+def watcher_alive_until(h: History, t_ns: int) -> None:
+    """The watcher's last commit (or bookmark) for every kind was at ``t_ns``."""
+    h.s.execute(update(WatchState).where(WatchState.cluster == CLUSTER).values(updated_at=ns_to_dt(t_ns)))
+
+
+def test_late_history_is_picked_up_inside_the_settle_window(hist):
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    watcher_alive_until(h, T0 + 100 * S)
+    assert history_horizons(h.s) == {CLUSTER: T0 + 100 * S}
+    early = h.record("txn-early", T0 + 60 * S, pod="fraud-scorer-0")  # logged before its pod was recorded
+    assert attribute_run(h.s).as_json() == {"exact": 0, "ambiguous": 0, "unattributed": 1,
+                                            "by_reason": {"no-pod": 1}, "revisited": 0, "revised": 0}
+    first_at = h.s.execute(select(Lineage.attributed_at).where(Lineage.record_id == early)).scalar_one()
+
+    # nothing new: the row is re-evaluated, unchanged, and not rewritten
+    summary = attribute_run(h.s)
+    assert (summary.by_status, summary.revisited, summary.revised) == (
+        {"exact": 0, "ambiguous": 0, "unattributed": 0}, 1, 0)
+    assert h.s.execute(select(Lineage.attributed_at).where(Lineage.record_id == early)).scalar_one() == first_at
+
+    # the watcher commits the pod and its claim (observed at T0, committed late)
+    uid, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    watcher_alive_until(h, T0 + 200 * S)
+    fresh = h.record("txn-fresh", T0 + 150 * S, pod="fraud-scorer-0")
+    summary = attribute_run(h.s)
+    assert summary.as_json() == {"exact": 2, "ambiguous": 0, "unattributed": 0, "by_reason": {},
+                                 "revisited": 1, "revised": 1}
+    assert lineage_of(h.s, early)["status"] == "exact" and lineage_of(h.s, early)["pod_uid"] == uid
+    assert lineage_of(h.s, fresh)["physical_gpu_uuid"] == GPU_A
+    # exact rows are final: nothing left to revisit, nothing written
+    assert attribute_run(h.s).as_json()["revisited"] == 0
+    assert h.s.execute(select(func.count()).select_from(Lineage)).scalar_one() == 2
+
+
+def test_settled_rows_are_not_revisited_unless_the_window_is_wider(hist):
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    watcher_alive_until(h, T0 + 100 * S)
+    late = h.record("txn-late", T0 + 60 * S, pod="fraud-scorer-0")
+    attribute_run(h.s)
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    watcher_alive_until(h, T0 + 60 * S + 601 * S)  # the horizon has passed t + 600 s: settled
+
+    assert attribute_run(h.s).revisited == 0
+    assert lineage_of(h.s, late)["reason"] == "no-pod"
+    summary = attribute_run(h.s, settle_s=3600)
+    assert (summary.revisited, summary.revised, summary.by_status["exact"]) == (1, 1, 1)
+    assert lineage_of(h.s, late)["physical_gpu_uuid"] == GPU_A
+    with pytest.raises(UserError, match="settle"):
+        attribute_run(h.s, settle_s=-1)
+
+
+def test_revisit_covers_several_devices_and_a_horizon_per_cluster(hist):
+    """An ambiguous row whose second device is corrected away by the late history becomes exact;
+    the horizon is the slowest kind's."""
+    h = hist
+    uid = sidecar_pod(h)
+    rec = h.record("txn-two", T0 + 120 * S, pod="risk-api-7d9f8c-x2x9z", container="risk-api")
+    h.s.execute(update(WatchState).where(WatchState.cluster == CLUSTER, WatchState.kind == "Pod")
+                .values(updated_at=ns_to_dt(T0 + 130 * S)))
+    h.s.execute(update(WatchState).where(WatchState.cluster == CLUSTER, WatchState.kind != "Pod")
+                .values(updated_at=ns_to_dt(T0 + 9000 * S)))
+    assert history_horizons(h.s) == {CLUSTER: T0 + 130 * S}
+    attribute_run(h.s)
+    assert lineage_of(h.s, rec)["reason"] == "several-devices"
+    # the second claim's result really was on gpu-0 as well (one physical GPU)
+    h.s.execute(update(AllocationResult).where(AllocationResult.device == "gpu-1").values(device="gpu-0"))
+    summary = attribute_run(h.s)
+    assert (summary.revised, lineage_of(h.s, rec)["status"], lineage_of(h.s, rec)["pod_uid"]) == (1, "exact", uid)
+
+
+# --------------------------------------------------------------------------------------------
+# Concurrent runs
+# --------------------------------------------------------------------------------------------
+
+
+def test_concurrent_runs_are_serialised(sessions, backend):
+    with sessions.begin() as session:
+        h = History(session)
+        h.covered()
+        h.gpu("gpu-node-a", "gpu-0", GPU_A)
+        uid, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+        n = 40
+        for i in range(n):
+            h.record(f"txn-c{i}", T0 + (60 + i) * S, pod_uid=uid)
+
+    first_done, release = threading.Event(), threading.Event()
+    results: dict[str, object] = {}
+
+    def first() -> None:
+        with sessions.begin() as s:
+            results["first"] = attribute_run(s, cluster=CLUSTER)
+            first_done.set()
+            release.wait(10)  # hold the transaction (and the lock) open
+
+    def second() -> None:
+        try:
+            with sessions.begin() as s:
+                results["second"] = attribute_run(s, cluster=CLUSTER)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            results["second"] = exc
+        results["second_at"] = time.monotonic()
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert first_done.wait(30)
+    b = threading.Thread(target=second)
+    b.start()
+    time.sleep(0.5)
+    assert "second" not in results  # queued behind the first run
+    released_at = time.monotonic()
+    release.set()
+    a.join(30)
+    b.join(30)
+
+    assert results["first"].by_status == {"exact": n, "ambiguous": 0, "unattributed": 0}
+    assert not isinstance(results["second"], Exception), results["second"]
+    assert results["second"].by_status == {"exact": 0, "ambiguous": 0, "unattributed": 0}
+    assert results["second_at"] >= released_at
+    with sessions() as s:
+        assert s.execute(select(func.count()).select_from(Lineage)).scalar_one() == n
+
+
+def test_summary_counts_reconcile_with_the_table(hist):
+    h = hist
+    ids = busy_history(h)
+    summary = attribute_run(h.s, chunk_records=1000)
+    by_status = dict(h.s.execute(select(Lineage.status, func.count()).group_by(Lineage.status)).all())
+    assert {k: v for k, v in summary.by_status.items() if v} == by_status
+    assert sum(by_status.values()) == len(ids)
+    by_reason = dict(h.s.execute(select(Lineage.reason, func.count()).where(Lineage.reason.is_not(None))
+                                 .group_by(Lineage.reason)).all())
+    assert summary.by_reason == by_reason
+    assert datetime.now(timezone.utc) >= h.s.execute(select(func.max(Lineage.attributed_at))).scalar_one()
