@@ -163,6 +163,17 @@ def test_a_gap_still_open_counts_until_now_and_only_inside_the_period(sessions, 
     assert gap["evidence"] == {"watch_state": ["prod-eu-1/Pod"]}
 
 
+def test_a_collector_stopped_and_not_back_is_an_observation_gap(sessions, bundle, regorus_engine):
+    with sessions.begin() as s:
+        History(s).watch("ResourceClaim", "stopped", 9 * H)
+        History(s).watch("Pod", "synced", 1 * H)
+    result = evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=at(9 * H + 600))
+    [gap] = result.findings
+    assert (gap["rule"], gap["severity"], gap["from_ns"], gap["to_ns"]) == (
+        "coverage/observation-gap", "medium", at(9 * H), at(9 * H + 600))
+    assert gap["evidence"] == {"watch_state": ["prod-eu-1/ResourceClaim"]}
+
+
 def test_allocations_outside_the_period_or_cluster_are_not_evaluated(sessions, planted, bundle, regorus_engine):
     night = (at(12 * H), at(24 * H))
     assert _facts(sessions, night)["allocation_groups"] == []

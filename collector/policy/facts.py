@@ -259,9 +259,13 @@ SELECT id, cluster, kind, started_ns, ended_ns, reason FROM coverage_intervals
  ORDER BY cluster, kind, started_ns, id
 """
 
+# An open gap (410 Gone, relist pending) or a collector that stopped and has not come back:
+# either way nothing is being observed now (DORA RTS Art. 23: alert on incomplete collection).
 _OPEN_GAPS = """
-SELECT cluster, kind, state_since_ns, state_reason FROM watch_state
- WHERE state = 'gap' AND state_since_ns < :period_to {cluster_filter}
+SELECT cluster, kind, state_since_ns,
+       COALESCE(state_reason, CASE WHEN state = 'stopped' THEN 'collector stopped: not watching' END)
+  FROM watch_state
+ WHERE state IN ('gap', 'stopped') AND state_since_ns < :period_to {cluster_filter}
  ORDER BY cluster, kind
 """
 
