@@ -5,6 +5,7 @@ Histories are projection rows built with ``tests.test_lineage.History`` on SQLit
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime, timezone
@@ -228,3 +229,35 @@ def test_summary_counts_reconcile_with_the_table(hist):
                                  .group_by(Lineage.reason)).all())
     assert summary.by_reason == by_reason
     assert datetime.now(timezone.utc) >= h.s.execute(select(func.max(Lineage.attributed_at))).scalar_one()
+
+
+def test_cli_attribute_revisits_late_history(sessions, database_url, monkeypatch):
+    from click.testing import CliRunner
+
+    from collector.cli import cli
+
+    monkeypatch.setenv("DRAUDIT_CLUSTER", CLUSTER)
+    with sessions.begin() as session:
+        h = History(session)
+        h.covered()
+        h.gpu("gpu-node-a", "gpu-0", GPU_A)
+        watcher_alive_until(h, T0 + 100 * S)
+        h.record("txn-cli-late", T0 + 60 * S, pod="fraud-scorer-0")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--output", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["by_reason"] == {"no-pod": 1}
+
+    with sessions.begin() as session:
+        h = History(session)
+        single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0, uid="3f6c2a1e-8b7d-4e5f-9a0b-1c2d3e4f5a6b")
+    res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--settle-s", "0"])
+    assert res.exit_code == 0 and "re-evaluated" not in res.output  # t is before horizon - 0 s: settled
+    res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--settle-s", "120"])
+    assert res.exit_code == 0, res.output
+    assert "re-evaluated 1 recent unattributed/ambiguous transaction(s) (settle window 120 s): 1 changed" in res.output
+    with sessions() as session:
+        assert session.execute(select(Lineage.status, Lineage.physical_gpu_uuid)).one() == ("exact", GPU_A)
+
+    res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--settle-s", "-5"])
+    assert res.exit_code != 0 and "--settle-s" in res.output

@@ -36,20 +36,28 @@ def _serving_option(fn):
 @click.command("attribute")
 @click.option("--all", "all_", is_flag=True, help="Recompute every transaction (after a history correction), "
                                                   "not only those without a lineage row.")
+@click.option("--settle-s", "settle_s", type=float, default=600.0, show_default=True, metavar="S",
+              help="Re-evaluate unattributed/ambiguous transactions whose time is within S seconds of the "
+                   "newest history the watcher has recorded (it may still arrive late); rewrite those that "
+                   "change.")
 @_skew_option
 @_serving_option
 @database_option
 @output_option
-def attribute_cmd(all_: bool, clock_skew_s: float | None, serving: tuple[str, ...], database_url: str | None,
-                  output: str) -> None:
-    """Attribute inference transactions to the physical GPU that served them; print counts by status."""
+def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, serving: tuple[str, ...],
+                  database_url: str | None, output: str) -> None:
+    """Attribute inference transactions to the physical GPU that served them; print counts by status.
+
+    Concurrent runs (the scheduler, another CLI) wait for each other.
+    """
     from collector.lineage import attribute_run
 
     settings = settings_from(database_url=database_url, clock_skew_s=clock_skew_s)
     _engine, sessions = open_store(settings)
     with sessions.begin() as session:
         summary = attribute_run(session, all=all_, clock_skew_s=settings.clock_skew_s,
-                                serving_containers=_serving_containers(serving), cluster=settings.cluster)
+                                serving_containers=_serving_containers(serving), cluster=settings.cluster,
+                                settle_s=settle_s)
     if output == "json":
         echo_json(summary.as_json())
         return
@@ -59,6 +67,9 @@ def attribute_cmd(all_: bool, clock_skew_s: float | None, serving: tuple[str, ..
         click.echo(f"  {status:<14}{n:>10}")
     for reason, n in sorted(summary.by_reason.items()):
         click.echo(f"    {reason:<20}{n:>6}")
+    if summary.revisited:
+        click.echo(f"re-evaluated {summary.revisited} recent unattributed/ambiguous transaction(s) "
+                   f"(settle window {settle_s:g} s): {summary.revised} changed (counted above)")
 
 
 def _print_trace(doc: dict) -> None:
