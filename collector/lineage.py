@@ -687,8 +687,9 @@ class _Run:
         self.attributed_at = attributed_at
 
     def __enter__(self) -> "_Run":
+        temp_schema = "pg_temp" if self.pg else "temp"  # never a permanent table of the same name
         for table in _TEMP_TABLES:
-            self.s.execute(text(f"DROP TABLE IF EXISTS {table.name}"))
+            self.s.execute(text(f"DROP TABLE IF EXISTS {temp_schema}.{table.name}"))
             table.create(self.s.connection())
         return self
 
