@@ -56,6 +56,20 @@ def test_template_claim_lifecycle_gives_exact_rows_and_one_episode(srv, sessions
     assert consumers[0].valid_from_ns == _observed_ns(sessions, claim_name, alloc_rv)
     assert consumers[0].valid_to_ns == _observed_ns(sessions, claim_name, cleared_rv)
     assert episodes[0].valid_to_ns == consumers[0].valid_to_ns
+    # The derived tables are exactly what the ledgered versions produce; an edit there shows.
+    from sqlalchemy import update
+
+    from collector.kube.projection_audit import audit_projections
+
+    with sessions() as s:
+        assert audit_projections(s) == []
+    with sessions.begin() as s:
+        s.execute(update(AllocationResult).values(device="gpu-1"))
+    with sessions() as s:
+        diffs = audit_projections(s)
+    assert [(d.table, d.problem) for d in diffs] == [("allocation_results", "not derivable from the object versions"),
+                                                     ("allocation_results", "missing from the store")]
+    assert "gpu-1" in diffs[0].row and "gpu-0" in diffs[1].row
 
 
 def test_shared_claim_two_consumers_and_reallocation_two_episodes(srv, sessions):

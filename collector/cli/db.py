@@ -66,25 +66,48 @@ def ledger_group() -> None:
 @ledger_group.command("verify")
 @database_option
 @output_option
-def ledger_verify(database_url: str | None, output: str) -> None:
-    """Recompute the hash chain and every covered row; exit 1 naming the first broken entry."""
+@click.option("--projections/--no-projections", default=True, show_default=True,
+              help="Also rebuild the derived tables (pods, claims, episodes, devices) from the ledgered object "
+                   "versions and compare (read-only; the rebuild is rolled back).")
+def ledger_verify(database_url: str | None, output: str, projections: bool) -> None:
+    """Recompute the hash chain and every covered row; exit 1 naming the first broken entry.
+
+    The derived tables that attribution and policies read are checked against what the ledgered
+    object versions produce, so an edit there shows too.
+    """
+    from collector.kube.projection_audit import audit_projections
     from collector.store.ledger import verify
 
     settings = settings_from(database_url=database_url)
     _engine, sessions = open_store(settings)
     with sessions() as session:
         result = verify(session)
+    diffs = []
+    if projections:
+        with sessions() as session:
+            diffs = audit_projections(session)
+    ok = result.ok and not diffs
     if output == "json":
         brk = result.first_break
-        echo_json({"ok": result.ok, "entries": result.entries, "head_seq": result.head.seq,
+        echo_json({"ok": ok, "entries": result.entries, "head_seq": result.head.seq,
                    "head_hash": result.head.entry_hash,
                    "first_break": None if brk is None else {"seq": brk.seq, "table": brk.table_name,
-                                                            "key": brk.row_key, "problem": brk.problem}})
-    elif result.ok:
+                                                            "key": brk.row_key, "problem": brk.problem},
+                   "projections_checked": projections,
+                   "projection_differences": [{"table": d.table, "problem": d.problem, "row": repr(d.row)} for d in diffs]})
+        sys.exit(0 if ok else 1)
+    if result.ok:
         click.echo(f"ledger intact: {result.entries} entries, head {result.head.seq} {result.head.entry_hash}")
     else:
         click.echo(f"ledger BROKEN after {result.entries} good entries: {result.first_break.describe()}")
-    sys.exit(0 if result.ok else 1)
+    if projections:
+        if diffs:
+            click.echo(f"projections DIFFER from what the ledgered object versions produce ({len(diffs)} shown):")
+            for d in diffs:
+                click.echo(f"  {d.describe()}")
+        else:
+            click.echo("projections: exactly what the ledgered object versions produce")
+    sys.exit(0 if ok else 1)
 
 
 commands = [db_group, ledger_group]
