@@ -16,6 +16,7 @@ A YAML/JSON file replaces the default list of each canonical field it names::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -53,19 +54,20 @@ class AliasTable:
     def lookup(self, flat: Mapping[str, Any], canonical: str) -> tuple[str, Any] | None:
         """The first ``(name, value)`` in ``flat`` for ``canonical``, or None.
 
-        Empty strings and nulls count as absent.
+        Names are tried in priority order: every name as given, then every name under each MDC
+        prefix in turn. Empty strings and nulls count as absent.
         """
-        names = self.names[canonical]
-        for name in names:
-            v = flat.get(name)
+        get = flat.get
+        for name in self._candidates[canonical]:
+            v = get(name)
             if v is not None and v != "":
                 return name, v
-        for prefix in self.mdc_prefixes:
-            for name in names:
-                v = flat.get(prefix + name)
-                if v is not None and v != "":
-                    return prefix + name, v
         return None
+
+    @cached_property
+    def _candidates(self) -> dict[str, tuple[str, ...]]:
+        return {canonical: tuple(names) + tuple(p + n for p in self.mdc_prefixes for n in names)
+                for canonical, names in self.names.items()}
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], origin: str = "alias table") -> "AliasTable":

@@ -163,7 +163,9 @@ class Decoder:
             else:
                 encoded = orjson.dumps(value)
                 if text.count(":") == encoded.count(b":") and b"e+" not in encoded:
-                    self._unchecked.append(encoded)
+                    if len(encoded) != len(text) or encoded != text.encode("utf-8"):
+                        # Identical re-encoding: every number is spelled in the text as decoded.
+                        self._unchecked.append(encoded)
                     return Decoded(value)
         return self._decode_slow(text)
 
@@ -199,9 +201,11 @@ def flatten(value: dict[str, Any], prefix: str = "", out: dict[str, Any] | None 
     if out is None:
         out = {}
     for k, v in value.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            flatten(v, key + ".", out)
-        elif key not in out:
+        key = (prefix + k if prefix else k) if k.__class__ is str else f"{prefix}{k}"
+        if v.__class__ is dict or isinstance(v, dict):
+            if v:
+                flatten(v, key + ".", out)
+                continue
+        if key not in out:
             out[key] = v
     return out

@@ -168,6 +168,15 @@ class LineParser:
         """Records of one OTLP request (JSON or protobuf), one outcome each."""
         return [self._otlp(r, source, f"{position_prefix}{r.position}") for r in records]
 
+    @property
+    def has_pending_partials(self) -> bool:
+        """True while a partial line (CRI ``P``, Fluent Bit ``_p``…) waits for its final chunk."""
+        return bool(self._partials)
+
+    def drop_pending_partials(self) -> None:
+        """Forget partial lines held so far (a parse worker whose chunk the caller re-parses in order)."""
+        self._partials.clear()
+
     def finish(self) -> list[Outcome]:
         """End of input: partial lines never completed are quarantined (``incomplete-partial``)."""
         out = []
@@ -182,7 +191,7 @@ class LineParser:
     def _line(self, line: str, source: str, position: str | None) -> list[Outcome]:
         forced = self.forced
         if forced in (None, "cri"):
-            m = CRI_LINE.match(line)
+            m = CRI_LINE.match(line) if line[:1].isdigit() or forced == "cri" else None  # CRI lines start with a digit
             if m:
                 return self._enveloped(envelopes.cri(m, source), line, source, position)
             if forced == "cri":
@@ -190,11 +199,13 @@ class LineParser:
         body = line.strip()
         if not body.startswith("{"):
             raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
-        decoded = self._decoder.decode(self._maybe_sanitise_text(body))
+        special = "\x00" in body or "\\u" in body  # one scan decides whether the slow sanitising checks run
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body)
         doc = decoded.value
         if not isinstance(doc, dict):
             raise Rejected("unparseable: JSON value is not an object")
-        doc = self._maybe_sanitise(body, doc)
+        if special:
+            doc = self._maybe_sanitise(body, doc)
         if "resourceLogs" in doc and forced in (None, "otlp"):
             if decoded.conflicts:
                 raise Rejected(self._dup_reason(decoded.conflicts))
@@ -282,10 +293,11 @@ class LineParser:
         body = text.strip()
         if not body.startswith("{"):
             raise Rejected("unparseable: the application line is plain text, not JSON")
-        decoded = self._decoder.decode(self._maybe_sanitise_text(body))
+        special = "\x00" in body or "\\u" in body
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body)
         if not isinstance(decoded.value, dict):
             raise Rejected("unparseable: the application line is not a JSON object")
-        return self._maybe_sanitise(body, decoded.value), decoded.conflicts
+        return (self._maybe_sanitise(body, decoded.value) if special else decoded.value), decoded.conflicts
 
     def _payload(self, env: Envelope, raw: str, source: str, position: str | None) -> Outcome:
         payload = env.payload

@@ -15,16 +15,17 @@ from __future__ import annotations
 import gzip
 import io
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import islice
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.errors import UserError
-from collector.ingest import metrics
+from collector.ingest import metrics, parse_pool
 from collector.ingest.aliases import AliasTable
 from collector.ingest.parser import LineParser, Outcome
 from collector.ingest.writer import write_batch
@@ -138,17 +139,27 @@ class IngestRun:
         one_transaction: write everything at ``finish()`` in one transaction (HTTP) instead of
             committing every ``batch_size`` units.
         run_id: stored in every row; a new UUID when None.
+        workers: parse worker processes for ``ingest_stream`` (``parse_pool``); None = one per
+            CPU (at most ``parse_pool.MAX_WORKERS``); 1 = parse in this process. Used only once an
+            input has more than ``parse_pool.CHUNK_LINES`` lines, and never with
+            ``one_transaction`` (HTTP requests are small and served from threads).
+
+    Call ``finish()`` at the end (it also stops the workers); ``close()`` stops them without
+    writing.
     """
 
     def __init__(self, session_factory: sessionmaker[Session], settings: Settings, *, forced_format: str | None = None,
                  aliases: AliasTable | None = None, cluster: str | None = None, one_transaction: bool = False,
-                 batch_size: int = DEFAULT_BATCH_SIZE, run_id: str | None = None) -> None:
+                 batch_size: int = DEFAULT_BATCH_SIZE, run_id: str | None = None, workers: int | None = None) -> None:
         self.sessions = session_factory
         self.settings = settings
         self.run_id = run_id or uuid.uuid4().hex
-        self.parser = LineParser(aliases=aliases, default_tz=settings.ingest_default_tz,
-                                 cluster=cluster or settings.cluster, max_line_bytes=settings.ingest_max_line_bytes,
-                                 forced=forced_format)
+        self._parser_kwargs = dict(aliases=aliases, default_tz=settings.ingest_default_tz,
+                                   cluster=cluster or settings.cluster, max_line_bytes=settings.ingest_max_line_bytes,
+                                   forced=forced_format)
+        self.parser = LineParser(**self._parser_kwargs)
+        self.workers = 1 if one_transaction else (workers if workers is not None else parse_pool.default_workers())
+        self._pool: parse_pool.ParsePool | None = None
         self.one_transaction = one_transaction
         self.batch_size = batch_size
         self.counts = IngestCounts()
@@ -167,16 +178,62 @@ class IngestRun:
             self._pending = []
 
     def ingest_stream(self, stream: BinaryIO, source: str, on_line: Callable[[], None] | None = None) -> None:
-        """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:<id>``)."""
+        """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:<id>``).
+
+        With parse workers, the first ``CHUNK_LINES`` lines are parsed here; the rest go to the
+        workers chunk by chunk (a few chunks ahead) and come back in input order. A chunk whose
+        start or end is inside a partial line is re-parsed here, so every line's outcome is the
+        one sequential parsing gives (see ``parse_pool``).
+        """
         feed = self.parser.feed_bytes
         max_bytes = self.settings.ingest_max_line_bytes
-        for n, (data, total) in enumerate(iter_lines(stream, max_bytes), start=1):
-            self.add(feed(data, source, str(n), total if total != len(data) else None))
+        lines = ((n, data, total if total != len(data) else None)
+                 for n, (data, total) in enumerate(iter_lines(stream, max_bytes), start=1))
+        first_chunk = parse_pool.CHUNK_LINES if self.workers > 1 else None
+        for n, data, total in lines:
+            self.add(feed(data, source, str(n), total))
             if on_line is not None and n % 1024 == 0:
                 on_line()
+            if n == first_chunk:
+                break
+        else:
+            return
+        self._ingest_parallel(lines, source, on_line)
+
+    def _ingest_parallel(self, lines: Iterator[parse_pool.Line], source: str, on_line: Callable[[], None] | None) -> None:
+        if self._pool is None:
+            self._pool = parse_pool.ParsePool(self.workers, self._parser_kwargs)
+        in_flight: deque[tuple[list[parse_pool.Line], Any]] = deque()
+        while True:
+            chunk = list(islice(lines, parse_pool.CHUNK_LINES))
+            if chunk:
+                in_flight.append((chunk, self._pool.submit(source, chunk)))
+            if in_flight and (not chunk or len(in_flight) > 2 * self.workers):
+                done, handle = in_flight.popleft()
+                self._take(done, handle.get(), source)
+                if on_line is not None:
+                    on_line()
+            if not chunk and not in_flight:
+                return
+
+    def _take(self, chunk: list[parse_pool.Line], parsed: parse_pool.ParsedChunk, source: str) -> None:
+        if self.parser.has_pending_partials or parsed.open_partial:
+            feed = self.parser.feed_bytes  # a partial line spans the chunk's edge: parse it here, in order
+            for n, data, total in chunk:
+                self.add(feed(data, source, str(n), total))
+            return
+        self.parser.masker.masked += parsed.pan_masked
+        self.add(parsed.outcomes)
+
+    def close(self) -> None:
+        """Stop the parse workers, if any were started."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def finish(self) -> IngestCounts:
-        """Quarantine unfinished partial lines, write what is pending, return the counts."""
+        """Quarantine unfinished partial lines, write what is pending, stop the workers, return the counts."""
+        self.close()
         self.add(self.parser.finish())
         if self._pending:
             self._write(self._pending)

@@ -6,11 +6,10 @@ One call writes one batch inside the caller's transaction, in three set-based st
    dedup keys exist and which transactions are already known;
 2. ``INSERT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key`` for the new rows; a
    row that loses a race with a concurrent writer is simply not returned and counts as a
-   duplicate. The statement goes straight to the driver with the values already bound (the
-   SQLAlchemy type processors are applied once per column here, not per row by the ORM/Core
-   machinery): PostgreSQL gets one ``INSERT … SELECT FROM unnest(<one array per column>)`` per
-   batch (a short statement the server prepares once; a multi-row VALUES statement of 2 000 rows
-   costs psycopg more to parse than the server takes to insert it), SQLite a cached multi-row
+   duplicate. The rows go straight to the driver with the values already bound the way
+   SQLAlchemy's types would bind them (the per-row Core machinery, and psycopg parsing a
+   2 000-row VALUES statement, cost more than the database's own work): PostgreSQL COPYs the
+   batch into a TEMP staging table and inserts from there, SQLite runs a cached multi-row
    ``VALUES`` statement of ``SQLITE_ROWS_PER_STATEMENT`` rows;
 3. ``INSERT … RETURNING id`` for quarantine rows, then one ledger entry per inserted row of both
    tables (``collector.store.ledger.append``), in the same transaction.
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from operator import itemgetter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import bindparam, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -63,24 +62,24 @@ def _insert_records_stmt(dialect: str):
     return ins.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(INFERENCE.c.id, INFERENCE.c.dedup_key)
 
 
-@lru_cache(maxsize=None)
-def _pg_unnest_sql() -> str:
-    # Strings travel as text[] (an explicit cast to varchar(n) would truncate silently; the
-    # INSERT's assignment cast rejects an over-long value, as a plain INSERT would).
-    arrays = []
-    for name in RECORD_COLUMNS:
-        sql_type = INFERENCE.c[name].type.compile(dialect=_pg_dialect())
-        arrays.append(f"%s::{'TEXT' if sql_type.startswith('VARCHAR') else sql_type}[]")
-    cols = ", ".join(RECORD_COLUMNS)
-    return (f"INSERT INTO inference_records ({cols}) SELECT * FROM unnest({', '.join(arrays)}) "
-            "ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key")
+PG_STAGE = "draudit_ingest_stage"  # session-private staging table (TEMP) for COPY
 
 
-@lru_cache(maxsize=None)
-def _pg_dialect():
-    from sqlalchemy.dialects.postgresql.psycopg import dialect
-
-    return dialect()
+def _pg_insert_records(session: Session, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[tuple[int, str]]:
+    """COPY the rows into a TEMP staging table, then one ``INSERT … SELECT … ON CONFLICT DO NOTHING
+    RETURNING``. psycopg formats COPY rows in C; the staging table has the real column types
+    (varchar lengths included), so an over-long value fails as a plain INSERT would."""
+    cols = ", ".join(columns)
+    conn = session.connection()
+    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {PG_STAGE} AS SELECT {cols} FROM inference_records WITH NO DATA")
+    conn.exec_driver_sql(f"TRUNCATE {PG_STAGE}")
+    with conn.connection.driver_connection.cursor() as cur:
+        with cur.copy(f"COPY {PG_STAGE} ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    result = conn.exec_driver_sql(f"INSERT INTO inference_records ({cols}) SELECT {cols} FROM {PG_STAGE} "
+                                  "ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key")
+    return [tuple(r) for r in result.all()]
 
 
 @lru_cache(maxsize=64)
@@ -107,9 +106,13 @@ def _insert_records(session: Session, rows: list[dict[str, Any]]) -> list[tuple[
     get = itemgetter(*RECORD_COLUMNS)
     a = RECORD_COLUMNS.index("attributes")
     if dialect.name == "postgresql":
-        columns = [list(c) for c in zip(*(get(r) for r in rows))]
-        columns[a] = [attrs(v) for v in columns[a]]
-        return [tuple(r) for r in conn.exec_driver_sql(_pg_unnest_sql(), tuple(columns)).all()]
+        def bound() -> Iterator[tuple[Any, ...]]:
+            for r in rows:
+                values = list(get(r))
+                values[a] = attrs(values[a])
+                yield values
+
+        return _pg_insert_records(session, RECORD_COLUMNS, bound())
     out: list[tuple[int, str]] = []
     for i in range(0, len(rows), SQLITE_ROWS_PER_STATEMENT):
         chunk = rows[i:i + SQLITE_ROWS_PER_STATEMENT]

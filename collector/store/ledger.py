@@ -215,8 +215,8 @@ def _insert_entries(session: Session, batch: list[tuple[int, str, str, str, str,
 
     The stored values are what SQLAlchemy's types would write (the JSON column's serializer, with
     ``None`` as JSON ``null``; ``appended_at`` through ``UTCDateTime``'s processor): only the
-    per-row Core machinery is skipped. PostgreSQL: one ``INSERT … SELECT FROM unnest(arrays)``;
-    SQLite: ``executemany``; other dialects: Core executemany.
+    per-row Core machinery is skipped. PostgreSQL: ``COPY``; SQLite: ``executemany``; other
+    dialects: Core executemany.
     """
     conn = session.connection()
     dialect = conn.dialect
@@ -228,12 +228,10 @@ def _insert_entries(session: Session, batch: list[tuple[int, str, str, str, str,
     at_proc = table.c.appended_at.type.bind_processor(dialect)
     at = at_proc(now) if at_proc else now
     if dialect.name == "postgresql":
-        seqs, names, keys, ops, leaves, prevs, hashes, tombs = (list(c) for c in zip(*batch))
-        tombs = ["null" if t is None else dumps(t) for t in tombs]
-        conn.exec_driver_sql(
-            f"INSERT INTO ledger ({', '.join(_ENTRY_COLUMNS)}) SELECT s, n, k, o, c, p, e, t, %s "
-            "FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-            "%s::jsonb[]) AS u(s, n, k, o, c, p, e, t)", (at, seqs, names, keys, ops, leaves, prevs, hashes, tombs))
+        with conn.connection.driver_connection.cursor() as cur:
+            with cur.copy(f"COPY ledger ({', '.join(_ENTRY_COLUMNS)}) FROM STDIN") as copy:
+                for e in batch:
+                    copy.write_row((*e[:7], "null" if e[7] is None else dumps(e[7]), at))
         return
     conn.exec_driver_sql(
         f"INSERT INTO ledger ({', '.join(_ENTRY_COLUMNS)}) VALUES ({', '.join('?' for _ in _ENTRY_COLUMNS)})",

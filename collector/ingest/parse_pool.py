@@ -1,0 +1,117 @@
+"""Parsing input lines in worker processes while the ingest run writes (large CLI inputs).
+
+Parsing is pure CPU work per line and the writer's work is per batch, so a long input is cut into
+chunks of ``CHUNK_LINES`` lines that worker processes parse (each with its own ``LineParser``)
+while the run writes the chunks already parsed, in input order. The outcome of every line is the
+one the run's own parser would give, because the only state a parser carries from one line to
+the next is an unfinished partial line (CRI ``P`` chunks, Fluent Bit ``_p``, docker json-file
+without ``\\n``); the PAN counter is a sum. So a worker's chunk is used only when the run's
+parser holds no partial line at the chunk's start and the worker holds none at its end;
+otherwise the run re-parses that chunk itself, in order (``IngestRun.ingest_stream``).
+
+Records cross the process boundary as their column values (``PreparedRecord``): already masked,
+with the dedup key computed — nothing unmasked leaves the worker, and nothing here touches disk.
+Workers are forked (POSIX ``fork`` start method): ``forkserver``/``spawn`` would re-run the
+caller's ``__main__`` in every worker, which a script without an ``if __name__ == "__main__"``
+guard turns into a fork bomb. A forked worker never touches the parent's database connections or
+threads: it only parses, and ends with ``os._exit`` (multiprocessing's worker exit), so no
+finaliser runs on inherited handles. Without ``fork`` (not POSIX) the run parses in its own process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from collector.ingest.parser import LineParser, Outcome
+
+CHUNK_LINES = 1000
+MAX_WORKERS = 4
+
+_parser: LineParser | None = None
+
+
+def default_workers() -> int:
+    """Parse workers for a CLI run: the CPUs this process may use, at most ``MAX_WORKERS``;
+    1 (parse in the run's own process) on a single CPU."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cpus))
+
+
+@dataclass(slots=True)
+class PreparedRecord:
+    """A parsed record as ``inference_records`` column values (``CanonicalRecord.row``), minus
+    the two the writer sets per batch."""
+
+    values: dict[str, Any]
+
+    def row(self, received_ns: int, run_id: str | None) -> dict[str, Any]:
+        """Column → value mapping, like ``CanonicalRecord.row``."""
+        row = dict(self.values)
+        row["received_ns"] = received_ns
+        row["run_id"] = run_id
+        return row
+
+
+@dataclass(slots=True)
+class ParsedChunk:
+    """A worker's result: one outcome per unit, PANs masked, and whether a partial line was left open."""
+
+    outcomes: list[Outcome]
+    pan_masked: int
+    open_partial: bool
+
+
+Line = tuple[int, bytes, "int | None"]  # (line number, bytes without newline, total bytes if truncated)
+
+
+def _init_worker(parser_kwargs: dict[str, Any]) -> None:
+    global _parser
+    _parser = LineParser(**parser_kwargs)
+
+
+def parse_chunk(source: str, lines: list[Line]) -> ParsedChunk:
+    """Parse ``lines`` of ``source`` in a worker (its parser starts with no partial line)."""
+    parser = _parser
+    assert parser is not None, "parse_chunk runs in a pool worker set up by ParsePool"
+    parser.drop_pending_partials()
+    masked_before = parser.masker.masked
+    outcomes: list[Outcome] = []
+    for n, data, total in lines:
+        for o in parser.feed_bytes(data, source, str(n), total):
+            if o.record is not None:
+                o.record = PreparedRecord(o.record.row(0, None))
+            outcomes.append(o)
+    open_partial = parser.has_pending_partials
+    parser.drop_pending_partials()
+    return ParsedChunk(outcomes, parser.masker.masked - masked_before, open_partial)
+
+
+class ParsePool:
+    """A pool of parse workers configured like the run's parser.
+
+    Args:
+        workers: number of worker processes (≥ 1).
+        parser_kwargs: ``LineParser`` keyword arguments (picklable).
+    """
+
+    def __init__(self, workers: int, parser_kwargs: dict[str, Any]) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.workers = workers
+        self._pool = ctx.Pool(workers, initializer=_init_worker, initargs=(parser_kwargs,))
+
+    def submit(self, source: str, lines: list[Line]):
+        """Start parsing a chunk; ``.get()`` on the returned handle gives its ``ParsedChunk``."""
+        return self._pool.apply_async(parse_chunk, (source, lines))
+
+    def close(self) -> None:
+        """Stop the workers (pending chunks are abandoned)."""
+        self._pool.terminate()
+        self._pool.join()

@@ -1,0 +1,280 @@
+"""The ingest fast paths give exactly what the slow, obviously-correct paths give.
+
+- ``jsondoc.Decoder``: orjson with the duplicate-key / big-integer / exponent checks vs the
+  standard decoder with the duplicate-aware ``object_pairs_hook``;
+- ``ledger.leaf_hash``: one orjson call vs ``SHA-256(canonical_json(row_content(...)))``;
+- parse workers (``parse_pool``) vs parsing in the run's own process, with partial lines cut by
+  chunk edges;
+- driver-level inserts (COPY / multi-row VALUES) vs the values SQLAlchemy's types would store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from collector.ingest import parse_pool
+from collector.ingest.jsondoc import Decoder
+from collector.ingest.parser import LineParser
+from collector.ingest.pipeline import IngestRun
+from collector.settings import Settings
+from collector.store import ledger
+from collector.store.canonical import canonical_json
+from collector.store.models import InferenceRecord, Quarantine
+
+DATA = Path(__file__).parent / "data" / "logs"
+APP = ('{"@timestamp":"2025-03-04T10:15:00.067462Z","log":{"level":"INFO","logger":"c.e.Scoring"},'
+       '"message":"scored","txn_id":"T-1","decision":"DECLINE","latency_ms":12.4,"ecs":{"version":"8.11"}}')
+
+# Texts on which orjson alone would differ from the standard decoder, or must not be trusted.
+TRICKY = [
+    APP,
+    '{"a":1,"a":1}',                                   # duplicate, same value
+    '{"a":1,"a":2}',                                   # duplicate, different values
+    '{"x":{"k":"v","k":"w"},"y":[{"z":1,"z":1}]}',     # nested duplicates
+    '{"a":"x:y:z","b":"http://h:80/p","a":"x:y:z"}',   # colons in strings + duplicate
+    '{"a":"x\\u003ay"}',                               # escaped colon
+    '{"a":"x\\u003Ay","a":"x:y"}',                     # escaped colon hiding a duplicate
+    '{"n":18446744073709551615}',                      # largest uint64: same in both
+    '{"n":18446744073709551616}',                      # beyond 64 bits: orjson would give a float
+    '{"n":-9223372036854775809}',
+    '{"f":4.111111111111111e15}',                      # exponent: the PAN pre-filter must hear of it
+    '{"f":1.5E3,"g":1e-7}',
+    '{"f":1e400}',                                     # orjson rejects, stdlib gives inf
+    '{"f":NaN,"g":-Infinity}',
+    '{"s":"\\ud800"}',                                 # lone surrogate
+    '{"s":"e+ is not a number here"}',
+    '{"s":"caf\u00e9 \u00fc:\u00df"}',                 # non-ASCII with a colon
+    '{"a" : 1 , "b" :\t2 }',                           # whitespace around colons
+    '{"a":1}x',                                        # trailing garbage
+    '{"a":}',
+    '[1,2,3]',
+    '"just a string"',
+]
+
+
+def _slow(text: str):
+    d = Decoder()
+    try:
+        got = d._decode_slow(text)
+    except ValueError as exc:
+        return ("error", str(exc)), False
+    return (got.value, got.conflicts, got.top_conflicts), d.saw_exponent
+
+
+def _fast(text: str):
+    d = Decoder()
+    try:
+        got = d.decode(text)
+    except ValueError as exc:
+        return ("error", str(exc)), False
+    return (got.value, got.conflicts, got.top_conflicts), d.saw_exponent
+
+
+def _same(a, b) -> bool:
+    # NaN != NaN: compare through repr, which also tells int from float
+    return repr(a) == repr(b)
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_decoder_fast_path_gives_the_standard_decoders_value_conflicts_and_exponent_flag(text):
+    slow, slow_exp = _slow(text)
+    fast, fast_exp = _fast(text)
+    assert _same(fast, slow)
+    # Never misses an exponent that matters: one on a float PanMasker inspects (|value| >= 1e12).
+    if slow_exp and _large_floats(slow[0]):
+        assert fast_exp
+
+
+def _large_floats(value) -> bool:
+    if isinstance(value, float):
+        return abs(value) >= 1e12
+    if isinstance(value, dict):
+        return any(_large_floats(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_large_floats(v) for v in value)
+    return False
+
+
+def test_decoder_reports_disagreeing_duplicates_found_by_the_colon_count():
+    got = Decoder().decode('{"kubernetes":{"pod_name":"a","pod_name":"b"},"log":"x"}')
+    assert got.conflicts == [("pod_name", "a", "b")]
+    assert got.value["kubernetes"]["pod_name"] == "a"  # the first value is kept, as before
+
+
+def test_every_sample_line_decodes_the_same_on_both_paths():
+    lines = [ln for p in sorted(DATA.iterdir()) if p.suffix in (".jsonl", ".json")
+             for ln in p.read_text().splitlines() if ln.strip()]
+    assert len(lines) > 20
+    for line in lines:
+        assert _same(_fast(line)[0], _slow(line)[0]), line[:80]
+
+
+def test_a_pan_written_as_an_exponent_number_is_masked():
+    # 4.111111111111111e15 has no 13-digit run in the text; its value 4111111111111111.0 does.
+    line = APP.replace('"latency_ms":12.4', '"amount":4.111111111111111e15')
+    parser = LineParser()
+    (out,) = parser.feed_text(line, "src", "1")
+    assert out.record.attributes["amount"] == "411111******1111.0"
+    assert parser.masker.masked == 1
+
+
+# -- ledger leaves ------------------------------------------------------------------------------
+
+
+def _reference_leaf(table, row) -> str:
+    return hashlib.sha256(canonical_json(ledger.row_content(table, row))).hexdigest()
+
+
+BERLIN = timezone(timedelta(hours=1))
+
+
+@pytest.mark.parametrize("table_name,row", [
+    ("quarantine", {"id": 1, "stage": "ingest", "source": "f", "position": None, "reason": "x", "raw_text": "y",
+                    "raw_sha256": "0" * 64, "received_at": datetime(2025, 3, 4, 10, 15, tzinfo=timezone.utc), "run_id": None}),
+    ("quarantine", {"id": 2, "stage": "ingest", "source": "f", "position": "3", "reason": "x", "raw_text": "y",
+                    "raw_sha256": "0" * 64, "received_at": datetime(2025, 3, 4, 11, 15, 0, 5, tzinfo=BERLIN), "run_id": "r"}),
+    ("quarantine", {"id": 3, "stage": "ingest", "source": "f", "position": None, "reason": "x", "raw_text": "y",
+                    "raw_sha256": "0" * 64, "received_at": datetime(2025, 3, 4, 10, 15), "run_id": None}),  # naive
+    ("quarantine", {"id": 4, "stage": "ingest", "source": datetime(2025, 1, 1), "position": None,  # datetime in a text column
+                    "reason": "x", "raw_text": "y", "raw_sha256": "0", "received_at": None, "run_id": None}),
+    ("inference_records", {"id": 5, "transaction_id": "T", "event_time_ns": 2**63 + 5, "attributes": {"n": 2**70}}),
+    ("inference_records", {"id": 6, "transaction_id": "T", "attributes": {"at": datetime(2025, 1, 1, tzinfo=timezone.utc),
+                                                                          "d": Decimal("1.10"), "b": b"\x00\x01"}}),
+    ("inference_records", {"id": 7, "transaction_id": "T", "latency_ms": 12.4, "conflict": True, "attributes": None}),
+])
+def test_leaf_hash_fast_path_is_the_canonical_definition(table_name, row):
+    table = ledger.ledgered_table(table_name)
+    assert ledger.leaf_hash(table, row) == _reference_leaf(table, row)
+
+
+# -- parse workers ------------------------------------------------------------------------------
+
+
+def _cri(ts: str, tag: str, content: str) -> str:
+    return f"2025-03-04T10:15:{ts}Z stdout {tag} {content}"
+
+
+def _mixed_lines(n: int) -> list[str]:
+    """Fluent Bit / plain / CRI lines, with CRI P…F groups of 2-4 chunks at every offset."""
+    fb = (DATA / "fluentbit_merge_keep_log.jsonl").read_text().splitlines()[0]
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        app = APP.replace('"T-1"', f'"T-{i}"')
+        if i % 9 == 0:
+            app = app.replace('"scored"', '"card 4111 1111 1111 1111"')
+        kind = i % 5
+        if kind == 0:
+            out.append(fb.replace("T-000193", f"T-{i}"))
+        elif kind == 1:
+            out.append(app)
+        elif kind == 2:  # a partial group: the application line in 2-4 chunks
+            parts = 2 + i % 3
+            size = len(app) // parts + 1
+            chunks = [app[k:k + size] for k in range(0, len(app), size)]
+            for k, chunk in enumerate(chunks):
+                out.append(_cri(f"00.{i:06d}", "F" if k == len(chunks) - 1 else "P", chunk))
+        elif kind == 3:
+            out.append("plain text, not JSON")
+        else:
+            out.append(app.replace('"txn_id"', '"txn_id":"dup","txn_id"'))
+        i += 1
+    out.append(_cri("59.000000", "P", '{"txn_id":"never-finished"'))  # left open at the end
+    return out
+
+
+class _CapturingRun(IngestRun):
+    """An IngestRun that keeps the outcomes it would write, as comparable values."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen: list = []
+
+    def _write(self, outcomes):
+        self.counts.pan_masked = self.parser.masker.masked
+        for o in outcomes:
+            if o.record is not None:
+                self.seen.append(("record", o.source, o.position, o.record.row(0, "r")))
+            else:
+                self.seen.append(("quarantine", o.source, o.position, o.reason, o.raw_text, o.raw_sha256))
+
+
+@pytest.mark.parametrize("chunk_lines", [3, 7, 50])
+def test_parse_workers_give_the_outcomes_of_parsing_in_order(tmp_path, monkeypatch, chunk_lines):
+    monkeypatch.setattr(parse_pool, "CHUNK_LINES", chunk_lines)
+    path = tmp_path / "mixed.log"
+    path.write_text("\n".join(_mixed_lines(400)) + "\n")
+    taken: list[bool] = []  # per chunk from a worker: re-parsed here (a partial line at an edge)?
+    original_take = IngestRun._take
+
+    def take(self, chunk, parsed, source):
+        taken.append(self.parser.has_pending_partials or parsed.open_partial)
+        original_take(self, chunk, parsed, source)
+
+    monkeypatch.setattr(IngestRun, "_take", take)
+    results = []
+    for workers in (1, 3):
+        run = _CapturingRun(None, Settings(cluster="c1"), workers=workers, batch_size=64)
+        with open(path, "rb") as f:
+            run.ingest_stream(f, str(path))
+        counts = run.finish()
+        results.append((run.seen, counts.as_dict(), dict(counts.reasons)))
+    (seq, seq_counts, seq_reasons), (par, par_counts, par_reasons) = results
+    assert par == seq
+    assert (par_counts, par_reasons) == (seq_counts, seq_reasons)
+    kinds = {s[3].split(":", 1)[0] for s in seq if s[0] == "quarantine"}
+    assert {"duplicate-key", "unparseable", "incomplete-partial"} <= kinds
+    assert seq_counts["pan_masked"] > 0 and seq_counts["read"] > 250
+    assert True in taken and False in taken  # both kinds of chunk happened
+
+
+def test_parallel_ingest_into_the_store_reconciles_and_the_ledger_verifies(sessions, tmp_path, monkeypatch):
+    monkeypatch.setattr(parse_pool, "CHUNK_LINES", 40)
+    path = tmp_path / "mixed.log"
+    path.write_text("\n".join(_mixed_lines(300) * 2) + "\n")  # the second copy: duplicates
+    run = IngestRun(sessions, Settings(cluster="c1"), workers=2, batch_size=100)
+    with open(path, "rb") as f:
+        run.ingest_stream(f, str(path))
+    counts = run.finish()
+    assert counts.reconciles and counts.duplicates > 0 and counts.stored > 0
+    with sessions() as s:
+        assert s.scalar(select(InferenceRecord.id).order_by(InferenceRecord.id.desc()).limit(1)) is not None
+        stored = s.execute(select(InferenceRecord)).scalars().all()
+        quarantined = s.execute(select(Quarantine)).scalars().all()
+        verdict = ledger.verify(s)
+    assert (len(stored), len(quarantined)) == (counts.stored, counts.quarantined)
+    assert verdict.ok, verdict.first_break
+    assert verdict.entries == counts.stored + counts.quarantined
+    assert not any("4111 1111 1111 1111" in json.dumps(r.attributes) for r in stored if r.attributes)
+
+
+# -- driver-level inserts -----------------------------------------------------------------------
+
+
+def test_rows_written_through_the_driver_read_back_as_the_record(sessions, tmp_path):
+    lines = [APP, APP.replace('"T-1"', '"T-2"').replace(',"latency_ms":12.4', ""),
+             '{"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-3"}']  # no attributes at all
+    path = tmp_path / "app.log"
+    path.write_text("\n".join(lines) + "\n")
+    parser = LineParser(cluster="c1")
+    expected = {o.record.transaction_id: o.record.row(0, None) for n, line in enumerate(lines, 1)
+                for o in parser.feed_text(line, str(path), str(n))}
+    run = IngestRun(sessions, Settings(cluster="c1"), run_id="run-1")
+    with open(path, "rb") as f:
+        run.ingest_stream(f, str(path))
+    assert run.finish().stored == 3
+    with sessions() as s:
+        rows = s.execute(select(InferenceRecord.__table__)).mappings().all()
+    assert len(rows) == 3
+    for row in rows:
+        want = dict(expected[row["transaction_id"]], run_id="run-1", conflict=False)
+        got = {k: v for k, v in row.items() if k not in ("id", "received_ns")}
+        assert got == {k: v for k, v in want.items() if k != "received_ns"}
+    assert {r["transaction_id"]: r["attributes"] for r in rows}["T-3"] is None
