@@ -213,8 +213,13 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
         assert "MIG-partitioned" in text
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
     assert "<script" not in html
-    # the finding was evaluated twice but is one decision
-    assert html.count(FINDING_RULE) == 1
+    # the finding was evaluated twice but is one decision: one row in the findings section, and
+    # the cover's summary names it once
+    findings_section = html[html.index('<section id="findings">'):]
+    findings_section = findings_section[:findings_section.index("</section>")]
+    assert findings_section.count(FINDING_RULE) == 1
+    cover = html[:html.index('<nav class="toc">')]
+    assert cover.count(FINDING_RULE) == 1 and "1 violation(s)" in cover
     reader = PdfReader(pack / "report.pdf")
     pages = len(reader.pages)
     assert f"page 1 of {pages}" in reader.pages[0].extract_text()

@@ -100,8 +100,16 @@ def verify_cmd(pack: Path, public_key: str | None, output: str) -> None:
     else:
         for c in checks:
             click.echo(f"{c.label}  {c.name}: {c.detail}")
-        skipped = any(c.ok is None for c in checks)
-        click.echo(f"verdict: {'PASS' if ok else 'FAIL'}" + (" (some checks skipped)" if ok and skipped else ""))
+        skipped = [c.name for c in checks if c.ok is None]
+        if not ok:
+            click.echo("verdict: FAIL")
+        elif key is None:
+            # Without the signer's public key, anyone who rewrote a file could have rewritten the
+            # manifest too: the digests only prove the files match *a* manifest.
+            click.echo("verdict: PASS for integrity only — authenticity NOT checked: the pack matches its own manifest, "
+                       "but without --public-key a rewritten manifest would pass too")
+        else:
+            click.echo("verdict: PASS" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
     sys.exit(0 if ok else 1)
 
 
