@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.kube.discovery import KindSpec
+from collector.kube.projections import apply_versions
 from collector.kube.reflector import KnownObject, ObservedEvent
 from collector.store import ledger
 from collector.store.canonical import content_hash, sha256_hex
@@ -202,6 +203,7 @@ class Recorder:
         states: dict[str, str] = {}
         counts: dict[str, list[int]] = {}
         lag_ns: list[int] = []
+        new_versions: list[dict] = []
         with self.sessions() as s:
             with s.begin():
                 for op in ops:
@@ -210,7 +212,9 @@ class Recorder:
                     kind = op.spec.kind
                     c = counts.setdefault(kind, [0, 0])
                     if op.kind == "events":
-                        c[0] += self._insert_versions(s, op.spec, op.payload)
+                        rows = self._insert_versions(s, op.spec, op.payload)
+                        new_versions.extend(rows)
+                        c[0] += len(rows)
                         lag_ns.extend(ev.observed_ns for ev in op.payload)
                     elif op.kind == "quarantine":
                         self._insert_quarantine(s, op.spec, *op.payload)
@@ -223,6 +227,11 @@ class Recorder:
                         states[kind] = "gap"
                     if op.resume_rv is not None and op.kind in ("events", "resume", "synced"):
                         committed_rv[kind] = op.resume_rv
+                # One ledger append and one projection pass per transaction (in id order, which is
+                # the order the events arrived per object), not one per submitted batch.
+                if new_versions:
+                    ledger.append(s, "object_versions", new_versions)
+                    apply_versions(s, new_versions)
                 for kind, rv in committed_rv.items():
                     self._store_resume_point(s, kind, rv)
                 if self.fence is not None and not self.fence():
@@ -243,7 +252,8 @@ class Recorder:
 
     # -- SQL -----------------------------------------------------------------------------------
 
-    def _insert_versions(self, s: Session, spec: KindSpec, events: list[ObservedEvent]) -> int:
+    def _insert_versions(self, s: Session, spec: KindSpec, events: list[ObservedEvent]) -> list[dict]:
+        """Insert the versions (replays absorbed); returns the rows actually inserted, with ids."""
         rows = []
         for ev in events:
             meta = ev.raw.get("metadata") or {}
@@ -256,7 +266,7 @@ class Recorder:
                 "observed_at": ns_to_dt(ev.observed_ns), "raw": ev.raw, "content_hash": content_hash(ev.raw),
             })
         if not rows:
-            return 0
+            return []
         table = ObjectVersion.__table__
         ins = (postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert)(table)
         stmt = ins.on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
@@ -271,11 +281,7 @@ class Recorder:
             if row is not None:
                 inserted.append({**row, "id": new_id})
         inserted.sort(key=lambda r: r["id"])
-        ledger.append(s, "object_versions", inserted)
-        from collector.kube.projections import apply_versions
-
-        apply_versions(s, inserted)
-        return len(inserted)
+        return inserted
 
     def _insert_quarantine(self, s: Session, spec: KindSpec, raw_text: str, reason: str, position: str | None) -> None:
         raw_sha = sha256_hex(raw_text.encode("utf-8", "replace"))
