@@ -216,7 +216,8 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
         t1 = time.monotonic()
         say("ingesting the fraud-scoring service's logs (Fluent Bit file, OTLP over HTTP)", 0.65)
-        run = IngestRun(sessions, settings, cluster=DEMO_CLUSTER)
+        # In-process parsing: the watcher, HTTP and fake API threads are alive (no fork under threads).
+        run = IngestRun(sessions, settings, cluster=DEMO_CLUSTER, workers=1)
         with open(logs.fluentbit_path, "rb") as fh:
             run.ingest_stream(fh, str(logs.fluentbit_path))
         file_counts = run.finish()

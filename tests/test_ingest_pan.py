@@ -77,3 +77,27 @@ def test_masker_handles_nested_values_numbers_and_keys():
 def test_masking_is_idempotent():
     once, _ = mask_text("4111111111111111 and 5555-5555-5555-4444")
     assert mask_text(once) == (once, 0)
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("card 6011.0009.9013.9424 ok", "card 601100******9424 ok"),                    # dotted groups
+    ("x 4012\t8888\t8888\t1881 y", "x 401288******1881 y"),                         # tab-separated
+    ("n 4111\u00a01111\u00a01111\u00a01111", "n 411111******1111"),                # no-break spaces
+    ("n 4111\u202f1111\u202f1111\u202f1111", "n 411111******1111"),                # narrow no-break spaces
+    ("q?pan%3D4000056655665556&x=1", "q?pan%3D400005******5556&x=1"),              # URL-encoded "="
+    ("ff \uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11",
+     "ff 411111******1111"),                                                        # full-width digits
+    ("amount 4111111111111111.0", "amount 411111******1111.0"),                     # a float's text
+])
+def test_pan_forms_seen_in_the_wild_are_masked(text, masked):
+    from collector.ingest.pan import mask_text, may_contain_pan
+
+    assert may_contain_pan(text)
+    assert mask_text(text) == (masked, 1)
+
+
+@pytest.mark.parametrize("text", ["trace ab4111111111111111cd", "v 1234567.8901234", "uuid 123e4567-e89b-12d3-a456-426614174000"])
+def test_non_pans_next_to_the_new_separators_are_left_alone(text):
+    from collector.ingest.pan import mask_text
+
+    assert mask_text(text) == (text, 0)

@@ -1,10 +1,13 @@
 """Card-number (PAN) masking: no full primary account number is ever stored (PCI DSS v4.0 req. 3.3-3.5).
 
-A PAN candidate is a run of 13-19 decimal digits, optionally grouped by single spaces or dashes
-(``4111 1111 1111 1111``, ``4111-1111-1111-1111``), that passes the Luhn check (ISO/IEC 7812-1
-annex B). Letters next to the run do not protect it (``PAN4111…``, ``4111…EUR`` are masked)
-unless the letters and the run together form one hexadecimal token (a trace id, a container id,
-a digest: ``ab4111…cd``) or the run sits inside a UUID. A match is replaced by its first 6
+A PAN candidate is a run of 13-19 decimal digits, optionally grouped by single separators — space,
+dash, dot, tab, no-break / narrow / figure / thin space (``4111 1111 1111 1111``,
+``6011.0009.9013.9424``, ``4012\t8888\t8888\t1881``) — that passes the Luhn check (ISO/IEC 7812-1
+annex B). Full-width digits (``４１１１…``) count as digits. Letters next to the run do not
+protect it (``PAN4111…``, ``4111…EUR`` are masked) unless the letters and the run together form
+one hexadecimal token (a trace id, a container id, a digest: ``ab4111…cd``) or the run sits inside
+a UUID; a percent-escape before the run (``pan%3D4000…``, URL-encoded ``=``) is not part of a
+token. A match is replaced by its first 6
 and last 4 digits with ``*`` in between, separators dropped: ``411111******1111`` — the most
 PCI DSS 3.4.1 allows to be shown. Runs longer than 19 digits are searched for a PAN that starts
 and ends on a group boundary (``ref 2024 4111 1111 1111 1111``).
@@ -21,16 +24,23 @@ from typing import Any
 PAN_MIN_DIGITS = 13
 PAN_MAX_DIGITS = 19
 
-# A digit run with optional single space/dash separators, not touching another digit.
-_CANDIDATE = re.compile(r"(?<!\d)\d(?:[ \-]?\d){12,}(?!\d)")
+# Separators people and systems put between digit groups.
+_SEP = " \\-.\t\u00a0\u2007\u2009\u202f"
+_SEP_RE = re.compile(f"[{_SEP}]")
+# A digit run with optional single separators, not touching another digit.
+_CANDIDATE = re.compile(rf"(?<!\d)\d(?:[{_SEP}]?\d){{12,}}(?!\d)")
+# Full-width digits (U+FF10..U+FF19) are read as ASCII digits before the search.
+_FULLWIDTH = {0xFF10 + i: ord("0") + i for i in range(10)}
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}$")
 _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
-_MAYBE = re.compile(r"\d(?:[ \-]?\d){12}")
+_MAYBE = re.compile(rf"\d(?:[{_SEP}]?\d){{12}}")
 # Fast pre-filter for whole lines (C-speed translate + substring search instead of a regex that
 # is tried at every digit): digits become "1", spaces and dashes are deleted, then look for 13 ones.
 _DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _THIRTEEN_ONES = b"1" * 13
+_SEP_BYTES = b" -.\t" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
 
 
 def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
@@ -43,7 +53,11 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     """
     if exponent_numbers or "\\u" in text:
         return True
-    squeezed = text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES, b" -")
+    if any(0xFF10 <= ord(c) <= 0xFF19 for c in text if ord(c) > 0xFF00):
+        return True
+    # Deleting the bytes of every separator (also the UTF-8 bytes of the no-break spaces) only
+    # makes this test more permissive, never less.
+    squeezed = text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES, _SEP_BYTES)
     return _THIRTEEN_ONES in squeezed
 
 
@@ -66,31 +80,36 @@ def mask_digits(digits: str) -> str:
 
 
 def _mask_run(run: str) -> tuple[str, int]:
-    digits = re.sub(r"[ \-]", "", run)
+    digits = _SEP_RE.sub("", run)
     n = len(digits)
-    if PAN_MIN_DIGITS <= n <= PAN_MAX_DIGITS:
-        return (mask_digits(digits), 1) if luhn_ok(digits) else (run, 0)
-    # Longer run: look for a PAN aligned on group boundaries (starts/ends at a separator).
-    groups = re.split(r"[ \-]", run)
-    if len(groups) < 2:
+    if PAN_MIN_DIGITS <= n <= PAN_MAX_DIGITS and luhn_ok(digits):
+        return mask_digits(digits), 1
+    # Otherwise look for PANs aligned on group boundaries (``ref 2024 4111 1111 1111 1111``,
+    # ``4111111111111111.0`` from a float), keeping the separators between the groups left.
+    tokens = _SEP_RE.split(run)
+    seps = _SEP_RE.findall(run)
+    if len(tokens) < 2:
         return run, 0
     out: list[str] = []
     count = 0
     i = 0
-    while i < len(groups):
-        found = False
-        for j in range(len(groups), i, -1):
-            cand = "".join(groups[i:j])
+    while i < len(tokens):
+        j_found = None
+        for j in range(len(tokens), i, -1):
+            cand = "".join(tokens[i:j])
             if PAN_MIN_DIGITS <= len(cand) <= PAN_MAX_DIGITS and luhn_ok(cand):
-                out.append(mask_digits(cand))
-                count += 1
-                i = j
-                found = True
+                j_found = j
                 break
-        if not found:
-            out.append(groups[i])
-            i += 1
-    return (" ".join(out), count) if count else (run, 0)
+        if j_found is None:
+            out.append(tokens[i])
+            j_found = i + 1
+        else:
+            out.append(mask_digits("".join(tokens[i:j_found])))
+            count += 1
+        if j_found < len(tokens):
+            out.append(seps[j_found - 1])
+        i = j_found
+    return ("".join(out), count) if count else (run, 0)
 
 
 def _inside_hex_token(text: str, start: int, end: int) -> bool:
@@ -98,6 +117,8 @@ def _inside_hex_token(text: str, start: int, end: int) -> bool:
     left = start
     while left > 0 and text[left - 1].isalnum():
         left -= 1
+    if left < start and left >= 1 and _PERCENT_ESCAPE.search(text[:start]) and text[start - 3] == "%":
+        left = start  # "%3D" before the run is an escaped character, not part of a hex token
     right = end
     while right < len(text) and text[right].isalnum():
         right += 1
@@ -113,6 +134,8 @@ def mask_text(text: str) -> tuple[str, int]:
         ``(masked_text, number_of_pans_masked)``; the text is returned unchanged (same object)
         when nothing was masked.
     """
+    if any(0xFF10 <= ord(c) <= 0xFF19 for c in text if ord(c) > 0xFF00):
+        text = text.translate(_FULLWIDTH)
     if not _MAYBE.search(text):
         return text, 0
     uuids = [m.span() for m in _UUID.finditer(text)] if "-" in text else []
