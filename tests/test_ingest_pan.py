@@ -96,7 +96,8 @@ def test_pan_forms_seen_in_the_wild_are_masked(text, masked):
     assert mask_text(text) == (masked, 1)
 
 
-@pytest.mark.parametrize("text", ["trace ab4111111111111111cd", "v 1234567.8901234", "uuid 123e4567-e89b-12d3-a456-426614174000"])
+@pytest.mark.parametrize("text", ["trace ab4111111111111111cd", "v 1234567.8901234", "uuid 123e4567-e89b-12d3-a456-426614174000",
+                                  "date 1795987769.834784", "v 1234.5678.9012.3456"])
 def test_non_pans_next_to_the_new_separators_are_left_alone(text):
     from collector.ingest.pan import mask_text
 

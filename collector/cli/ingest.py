@@ -52,10 +52,10 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     show_progress = sys.stderr.isatty()
     try:
         if show_progress:
-            _ingest_with_progress(run, paths, inputs)
+            _ingest_with_progress(run, paths, inputs, fmt, settings.ingest_max_body_bytes)
         else:
             for path, (stream, _pos, _size) in zip(paths, inputs):
-                run.ingest_stream(stream, "stdin" if path == "-" else path)
+                _ingest_one(run, stream, "stdin" if path == "-" else path, fmt, settings.ingest_max_body_bytes)
         counts = run.finish()
     finally:
         for stream, _pos, _size in inputs:
@@ -68,7 +68,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             click.echo(line)
 
 
-def _ingest_with_progress(run, paths, inputs) -> None:
+def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -76,9 +76,46 @@ def _ingest_with_progress(run, paths, inputs) -> None:
                   console=Console(stderr=True), transient=True) as progress:
         for path, (stream, position, size) in zip(paths, inputs):
             task = progress.add_task(path, total=size)
-            run.ingest_stream(stream, "stdin" if path == "-" else path,
-                              on_line=lambda: progress.update(task, completed=position()))
+            _ingest_one(run, stream, "stdin" if path == "-" else path, fmt, max_bytes,
+                        on_line=lambda: progress.update(task, completed=position()))
             progress.update(task, completed=size or position())
 
 
 commands = [ingest_cmd]
+
+
+def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:
+    """One input: an OTLP/JSON document as a whole, anything else line by line."""
+    from collector.ingest.otlp import records_from_json
+
+    document = _otlp_document(stream, max_bytes) if fmt in ("auto", "otlp") else stream
+    if isinstance(document, dict):
+        run.add(run.parser.feed_otlp_records(records_from_json(document), source))
+    elif document is not None:
+        run.ingest_stream(document, source, on_line=on_line)
+
+
+def _otlp_document(stream, max_bytes: int):
+    """An OTLP/JSON ``ExportLogsServiceRequest`` written as one (possibly pretty-printed) document.
+
+    Such a file is what an OpenTelemetry Collector ``file`` exporter or ``curl`` saves: one JSON
+    object, not JSON lines. Returns the decoded object when the input is one, else a re-readable
+    stream of the bytes already read (or ``None`` when nothing was read), so that line-by-line
+    ingestion goes on unchanged.
+    """
+    import io
+
+    from collector.ingest.jsondoc import JsonRejected, decode
+
+    head = stream.read(1)
+    if head != b"{":
+        return io.BufferedReader(io.BytesIO(head + stream.read())) if head else None
+    data = head + stream.read(max_bytes)
+    if b"resourceLogs" in data[:4096]:
+        try:
+            decoded = decode(data.decode("utf-8"))
+            if isinstance(decoded.value, dict) and "resourceLogs" in decoded.value and not decoded.conflicts:
+                return decoded.value
+        except (UnicodeDecodeError, JsonRejected):
+            pass
+    return io.BufferedReader(io.BytesIO(data + stream.read()))

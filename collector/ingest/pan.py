@@ -24,14 +24,17 @@ from typing import Any
 PAN_MIN_DIGITS = 13
 PAN_MAX_DIGITS = 19
 
-# Separators people and systems put between digit groups.
-_SEP = " \\-.\t\u00a0\u2007\u2009\u202f"
+# Separators people and systems put between digit groups. A dot is not among them: it would
+# turn every epoch timestamp with a fraction (1795987769.834784) into a candidate; dotted card
+# numbers are matched only in their 4-digit grouping (_DOTTED).
+_SEP = " \\-\t\u00a0\u2007\u2009\u202f"
 _SEP_RE = re.compile(f"[{_SEP}]")
 # A digit run with optional single separators, not touching another digit.
 _CANDIDATE = re.compile(rf"(?<!\d)\d(?:[{_SEP}]?\d){{12,}}(?!\d)")
 # Full-width digits (U+FF10..U+FF19) are read as ASCII digits before the search.
 _FULLWIDTH = {0xFF10 + i: ord("0") + i for i in range(10)}
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}$")
+_DOTTED = re.compile(r"(?<![\d.])\d{4}(?:\.\d{4}){2,3}(?:\.\d{1,3})?(?![\d.])")
 _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
@@ -40,7 +43,7 @@ _MAYBE = re.compile(rf"\d(?:[{_SEP}]?\d){{12}}")
 # is tried at every digit): digits become "1", spaces and dashes are deleted, then look for 13 ones.
 _DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _THIRTEEN_ONES = b"1" * 13
-_SEP_BYTES = b" -.\t" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
+_SEP_BYTES = b" -\t" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
 
 
 def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
@@ -54,6 +57,8 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     if exponent_numbers or "\\u" in text:
         return True
     if any(0xFF10 <= ord(c) <= 0xFF19 for c in text if ord(c) > 0xFF00):
+        return True
+    if "." in text and _DOTTED.search(text):
         return True
     # Deleting the bytes of every separator (also the UTF-8 bytes of the no-break spaces) only
     # makes this test more permissive, never less.
@@ -112,6 +117,21 @@ def _mask_run(run: str) -> tuple[str, int]:
     return ("".join(out), count) if count else (run, 0)
 
 
+def _mask_dotted(text: str) -> tuple[str, int]:
+    """Mask card numbers written in dotted 4-digit groups (``6011.0009.9013.9424``)."""
+    count = 0
+
+    def repl(m: re.Match[str]) -> str:
+        nonlocal count
+        digits = m.group().replace(".", "")
+        if PAN_MIN_DIGITS <= len(digits) <= PAN_MAX_DIGITS and luhn_ok(digits):
+            count += 1
+            return mask_digits(digits)
+        return m.group()
+
+    return _DOTTED.sub(repl, text), count
+
+
 def _inside_hex_token(text: str, start: int, end: int) -> bool:
     """True when letters touch the run and the whole alphanumeric token is hexadecimal."""
     left = start
@@ -136,8 +156,11 @@ def mask_text(text: str) -> tuple[str, int]:
     """
     if any(0xFF10 <= ord(c) <= 0xFF19 for c in text if ord(c) > 0xFF00):
         text = text.translate(_FULLWIDTH)
+    dotted = 0
+    if "." in text and _DOTTED.search(text):
+        text, dotted = _mask_dotted(text)
     if not _MAYBE.search(text):
-        return text, 0
+        return text, dotted
     uuids = [m.span() for m in _UUID.finditer(text)] if "-" in text else []
     pieces: list[str] = []
     last = 0
@@ -155,9 +178,9 @@ def mask_text(text: str) -> tuple[str, int]:
             last = end
             count += n
     if not count:
-        return text, 0
+        return text, dotted
     pieces.append(text[last:])
-    return "".join(pieces), count
+    return "".join(pieces), count + dotted
 
 
 class NullMasker:
