@@ -246,3 +246,20 @@ def test_demo_scenario_logs_reconcile_with_the_generator_counts(sessions, databa
                 InferenceRecord.transaction_id == sample["transaction_id"])).scalar_one()
             assert rec.pod_uid_source == "envelope" and rec.pod_uid
         assert ledger.verify(s).ok
+
+
+def test_cli_reads_an_otlp_json_document_file_as_a_whole(database_url, engine, tmp_path):
+    """An OTLP/JSON ExportLogsServiceRequest saved pretty-printed (collector file exporter, curl)."""
+    import json as _json
+    import subprocess
+    import sys
+
+    doc = _json.loads((DATA / "otlp_logs.json").read_text().splitlines()[0])
+    expected = sum(len(sl["logRecords"]) for rl in doc["resourceLogs"] for sl in rl["scopeLogs"])
+    pretty = tmp_path / "export.json"
+    pretty.write_text(_json.dumps(doc, indent=2))
+    out = subprocess.run([sys.executable, "-m", "collector.cli", "ingest", str(pretty), "--output", "json",
+                          "--database-url", database_url], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    counts = _json.loads(out.stdout)
+    assert counts["read"] == expected and counts["stored"] + counts["quarantined"] == expected and counts["stored"] > 0
