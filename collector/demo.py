@@ -252,9 +252,10 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
     key = Ed25519PrivateKey.generate()
     keys_dir = out_dir / "keys"
     keys_dir.mkdir()
-    (keys_dir / "demo-signing.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    (keys_dir / "demo-signing.key").touch(mode=0o600)  # same names and mode as `draudit keys generate`
+    (keys_dir / "demo-signing.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                                   serialization.NoEncryption()))
-    (keys_dir / "demo-signing.pub.pem").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+    (keys_dir / "demo-signing.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                                                  serialization.PublicFormat.SubjectPublicKeyInfo))
     pack = render_pack(sessions, PackRequest(ns_to_dt(period_from), ns_to_dt(period_to), clusters=(DEMO_CLUSTER,)),
                        out_dir / "pack", sign_key=key, archive=True, policy_bundle=settings.policy_bundle,

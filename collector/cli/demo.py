@@ -100,7 +100,7 @@ def _print_summary(r) -> None:
     e("next:")
     e(f"  .venv/bin/draudit trace {sample} --database-url {r.database_url}")
     e(f"  open {r.pack_path / 'index.html'}   (or report.pdf)")
-    e(f"  .venv/bin/draudit verify {r.pack_path} --public-key {r.out_dir / 'keys' / 'demo-signing.pub.pem'}")
+    e(f"  .venv/bin/draudit verify {r.pack_path} --public-key {r.out_dir / 'keys' / 'demo-signing.pub'}")
 
 
 def _subjects_text(subjects) -> str:
