@@ -63,10 +63,13 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
         return
     total = sum(summary.by_status.values())
     click.echo(f"attributed {total} transaction(s)" + (" (all recomputed)" if all_ else ""))
+    ambiguous_reasons = {"skew-window", "several-devices", "several-pods"}
     for status, n in summary.by_status.items():
         click.echo(f"  {status:<14}{n:>10}")
-    for reason, n in sorted(summary.by_reason.items()):
-        click.echo(f"    {reason:<20}{n:>6}")
+        # each reason under its own status: ambiguous ones under ambiguous, the rest under unattributed
+        for reason, m in sorted(summary.by_reason.items()):
+            if (reason in ambiguous_reasons) == (status == "ambiguous") and status != "exact":
+                click.echo(f"    {reason:<20}{m:>6}")
     if summary.revisited:
         click.echo(f"re-evaluated {summary.revisited} recent unattributed/ambiguous transaction(s) "
                    f"(settle window {settle_s:g} s): {summary.revised} changed (counted above)")
