@@ -75,6 +75,10 @@ def normalize(kind: str, api_version: str | None, obj: Mapping[str, Any]) -> dic
     if kind not in _CONVERTED_KINDS:
         return out
     version = served_version(api_version) or served_version(out.get("apiVersion"))
+    if version == V1:
+        # Already the v1 shape, and the only v1 quirk we repair (``adminAccess: null``) was fixed
+        # in the same release that served v1 (1.34, dra-api.md §1.3): nothing to rewrite.
+        return out
     beta1 = version == "v1beta1"
     if kind == "ResourceClaim":
         _edit(out, ("spec",), lambda spec: _normalise_claim_spec(spec, beta1))
