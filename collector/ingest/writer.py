@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from collector.ingest.parser import Outcome
 from collector.store import ledger
+from collector.store.bulk import pg_copy_insert
 from collector.store.models import InferenceRecord, Quarantine
 
 INFERENCE = InferenceRecord.__table__
@@ -62,24 +63,10 @@ def _insert_records_stmt(dialect: str):
     return ins.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(INFERENCE.c.id, INFERENCE.c.dedup_key)
 
 
-PG_STAGE = "draudit_ingest_stage"  # session-private staging table (TEMP) for COPY
-
-
 def _pg_insert_records(session: Session, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[tuple[int, str]]:
-    """COPY the rows into a TEMP staging table, then one ``INSERT … SELECT … ON CONFLICT DO NOTHING
-    RETURNING``. psycopg formats COPY rows in C; the staging table has the real column types
-    (varchar lengths included), so an over-long value fails as a plain INSERT would."""
-    cols = ", ".join(columns)
-    conn = session.connection()
-    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {PG_STAGE} AS SELECT {cols} FROM inference_records WITH NO DATA")
-    conn.exec_driver_sql(f"TRUNCATE {PG_STAGE}")
-    with conn.connection.driver_connection.cursor() as cur:
-        with cur.copy(f"COPY {PG_STAGE} ({cols}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-    result = conn.exec_driver_sql(f"INSERT INTO inference_records ({cols}) SELECT {cols} FROM {PG_STAGE} "
-                                  "ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key")
-    return [tuple(r) for r in result.all()]
+    """COPY through a TEMP staging table with the real column types (an over-long value fails as a
+    plain INSERT would), then one ``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING``."""
+    return pg_copy_insert(session, "inference_records", columns, rows, ("dedup_key",), ("id", "dedup_key"))
 
 
 @lru_cache(maxsize=64)

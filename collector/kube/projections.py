@@ -48,12 +48,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from sqlalchemy import BigInteger, String, bindparam, cast, delete, func, null, select, union_all
-from sqlalchemy.dialects import postgresql, sqlite
+import orjson
+from sqlalchemy import JSON, BigInteger, String, bindparam, cast, delete, func, null, select, union_all
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from collector.kube.normalize import device_attribute, device_capacity_bytes, normalize
 from collector.store.canonical import canonical_json
+from collector.store.bulk import pg_copy_insert
 from collector.store.models import (
     AllocationEpisode,
     AllocationResult,
@@ -473,7 +475,9 @@ def _insert(session: Session, model: type, rows: list[dict[str, Any]], returning
     ``ignore_duplicates`` adds ``ON CONFLICT DO NOTHING`` (SQLite and PostgreSQL both have it).
     """
     table = model.__table__  # type: ignore[attr-defined]
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    if session.get_bind().dialect.name == "postgresql" and rows:
+        return _pg_copy(session, table, rows, returning, ignore_duplicates)
+    dialect = sqlite
     groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         groups[tuple(sorted(row))].append(i)
@@ -489,6 +493,44 @@ def _insert(session: Session, model: type, rows: list[dict[str, Any]], returning
         else:
             session.execute(table.insert(), params)
     return ids
+
+
+def _pg_copy(session: Session, table: Any, rows: list[dict[str, Any]], returning: bool, ignore_duplicates: bool) -> list[int]:
+    """PostgreSQL: the same insert through COPY (multi-row VALUES make psycopg re-parse a huge
+    statement per batch). Ids, when asked, are drawn from the table's sequence first so they come
+    back in row order; JSON columns get the text SQLAlchemy's JSON type would write (``None`` →
+    JSON ``null``, its default)."""
+    present = set().union(*rows)
+    columns = [c.name for c in table.columns if c.name != "id" and c.name in present]
+    json_cols = {c.name for c in table.columns if isinstance(c.type, JSON)}
+    # An absent key takes the column's Python-side default, as SQLAlchemy's INSERT would.
+    defaults = {c.name: c.default.arg for c in table.columns
+                if c.name in present and c.default is not None and c.default.is_scalar}
+    conn = session.connection()
+    ids: list[int] = []
+    if returning:
+        ids = [r for (r,) in conn.exec_driver_sql(
+            f"SELECT nextval(pg_get_serial_sequence('{table.name}', 'id')) FROM generate_series(1, {len(rows)})").all()]
+
+    def values(i: int, row: dict[str, Any]) -> list[Any]:
+        out = [ids[i]] if returning else []
+        for c in columns:
+            if c in row:
+                v = row[c]
+                out.append(orjson.dumps(v).decode() if c in json_cols else v)
+            else:
+                out.append(defaults.get(c))  # absent JSON keys stay SQL NULL (see _sql_nulls)
+        return out
+
+    cols = (["id"] if returning else []) + columns
+    if ignore_duplicates:
+        pg_copy_insert(session, table.name, cols, (values(i, r) for i, r in enumerate(rows)), (), ("id",))
+    else:
+        with conn.connection.driver_connection.cursor() as cur:
+            with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as copy:
+                for i, r in enumerate(rows):
+                    copy.write_row(values(i, r))
+    return ids if returning else [0] * len(rows)
 
 
 class _Batch:

@@ -21,13 +21,15 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
+import orjson
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.kube.discovery import KindSpec
 from collector.kube.projections import apply_versions
 from collector.kube.reflector import KnownObject, ObservedEvent
 from collector.store import ledger
+from collector.store.bulk import pg_copy_insert
 from collector.store.canonical import content_hash, sha256_hex
 from collector.store.models import CoverageInterval, ObjectVersion, Quarantine, WatchState
 from collector.timeutil import dt_to_ns, ns_to_dt, now_ns
@@ -36,6 +38,8 @@ log = logging.getLogger(__name__)
 
 DELETED_TYPES = ("DELETED", "RELIST_DELETED")
 _VERSION_KEY = ["cluster", "kind", "uid", "resource_version", "event_type"]
+_VERSION_COLUMNS = ("cluster", "api_group", "api_version", "kind", "namespace", "name", "uid", "resource_version",
+                    "event_type", "observed_at", "raw", "content_hash")
 
 
 @dataclass
@@ -267,14 +271,19 @@ class Recorder:
             })
         if not rows:
             return []
-        table = ObjectVersion.__table__
-        ins = (postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert)(table)
-        stmt = ins.on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
-            table.c.id, table.c.uid, table.c.resource_version, table.c.event_type)
         by_key = {(r["uid"], r["resource_version"], r["event_type"]): r for r in rows}
-        # Core executemany ("insertmanyvalues" batches); RETURNING yields only the rows inserted, so
-        # replays are recognised by their key and get no ledger entry or projection update.
-        result = s.execute(stmt, rows).all()
+        if s.get_bind().dialect.name == "postgresql":
+            result = pg_copy_insert(s, "object_versions", _VERSION_COLUMNS,
+                                    ((*(r[c] for c in _VERSION_COLUMNS[:-2]), orjson.dumps(r["raw"]).decode(), r["content_hash"])
+                                     for r in rows),
+                                    _VERSION_KEY, ("id", "uid", "resource_version", "event_type"))
+        else:
+            table = ObjectVersion.__table__
+            stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
+                table.c.id, table.c.uid, table.c.resource_version, table.c.event_type)
+            # Core executemany ("insertmanyvalues"); RETURNING yields only the rows inserted, so
+            # replays are recognised by their key and get no ledger entry or projection update.
+            result = s.execute(stmt, rows).all()
         inserted: list[dict] = []
         for new_id, uid, rv, et in result:
             row = by_key.get((uid, rv, et))

@@ -1,0 +1,36 @@
+"""Bulk inserts with ``ON CONFLICT DO NOTHING … RETURNING`` that scale on PostgreSQL.
+
+SQLAlchemy's multi-row VALUES ("insertmanyvalues") makes psycopg re-parse a huge statement for
+every batch, which costs more than the database's own work. On PostgreSQL the rows are COPYed
+(formatted in C) into a session-private TEMP staging table with the target's column types, then
+moved with one ``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy.orm import Session
+
+
+def pg_copy_insert(session: Session, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                   conflict_columns: Sequence[str], returning: Sequence[str]) -> list[tuple]:
+    """Insert ``rows`` (tuples in ``columns`` order) into ``table``; the ``returning`` columns of
+    the rows actually inserted (conflicting rows are skipped, as ``ON CONFLICT DO NOTHING``).
+
+    JSON columns take their JSON text; datetimes must be aware. Runs in the session's transaction.
+    """
+    cols = ", ".join(columns)
+    stage = f"draudit_stage_{table}"
+    conn = session.connection()
+    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {stage} AS SELECT {cols} FROM {table} WITH NO DATA")
+    conn.exec_driver_sql(f"TRUNCATE {stage}")
+    with conn.connection.driver_connection.cursor() as cur:
+        with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    target = f"({', '.join(conflict_columns)}) " if conflict_columns else ""
+    result = conn.exec_driver_sql(
+        f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
+        f"ON CONFLICT {target}DO NOTHING RETURNING {', '.join(returning)}")
+    return [tuple(r) for r in result.all()]
