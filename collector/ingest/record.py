@@ -30,10 +30,11 @@ COLUMN_LIMITS = {
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 
-def normalise_trace_id(value: Any, name: str = "") -> str | None:
-    """Trace id → 32 lower-case hex (16-hex ids left-padded; Datadog decimal ids converted).
+def _hex_id(value: Any, name: str, hex_len: int, pad_from: int | None = None) -> str | None:
+    """A W3C trace-context id as ``hex_len`` lower-case hex digits, or None.
 
-    Returns None for absent, all-zero (W3C "invalid") or malformed ids.
+    Integers and Datadog's decimal ``dd.*`` ids are converted; a ``pad_from``-digit id is
+    left-padded (64-bit trace ids); absent, all-zero ("invalid" in W3C) or malformed ids give None.
     """
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
@@ -42,27 +43,25 @@ def normalise_trace_id(value: Any, name: str = "") -> str | None:
     text = value.strip().lower()
     if name.startswith("dd.") and text.isdigit():
         n = int(text)
-        text = f"{n:032x}" if n < 2**128 else ""
-    if len(text) == 16 and _HEX.match(text):
-        text = text.rjust(32, "0")
-    if len(text) != 32 or not _HEX.match(text) or text == "0" * 32:
+        text = f"{n:0{hex_len}x}" if n < 2 ** (4 * hex_len) else ""
+    if pad_from is not None and len(text) == pad_from and _HEX.match(text):
+        text = text.rjust(hex_len, "0")
+    if len(text) != hex_len or not _HEX.match(text) or text == "0" * hex_len:
         return None
     return text
+
+
+def normalise_trace_id(value: Any, name: str = "") -> str | None:
+    """Trace id → 32 lower-case hex (16-hex ids left-padded; Datadog decimal ids converted).
+
+    Returns None for absent, all-zero (W3C "invalid") or malformed ids.
+    """
+    return _hex_id(value, name, 32, pad_from=16)
 
 
 def normalise_span_id(value: Any, name: str = "") -> str | None:
     """Span id → 16 lower-case hex; None for absent, all-zero or malformed ids."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str):
-        return None
-    text = value.strip().lower()
-    if name.startswith("dd.") and text.isdigit():
-        n = int(text)
-        text = f"{n:016x}" if n < 2**64 else ""
-    if len(text) != 16 or not _HEX.match(text) or text == "0" * 16:
-        return None
-    return text
+    return _hex_id(value, name, 16)
 
 
 def coerce_latency_ms(value: Any) -> float | None:
