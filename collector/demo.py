@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import urllib3
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import func, select
 
 from collector.errors import UserError
@@ -162,6 +160,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
     from collector.sim import FakeApiServer
     from collector.sim.scenario import play
     from collector.watcher import Watcher
+    from reports.keyfiles import write_key_pair
     from reports.render import PackRequest, render_pack
     from reports.verify import verify_pack
 
@@ -249,14 +248,9 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
     t4 = time.monotonic()
     say("rendering and verifying the evidence pack", 0.85)
-    key = Ed25519PrivateKey.generate()
     keys_dir = out_dir / "keys"
     keys_dir.mkdir()
-    (keys_dir / "demo-signing.key").touch(mode=0o600)  # same names and mode as `draudit keys generate`
-    (keys_dir / "demo-signing.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                                  serialization.NoEncryption()))
-    (keys_dir / "demo-signing.pub").write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                                                 serialization.PublicFormat.SubjectPublicKeyInfo))
+    key = write_key_pair(keys_dir / "demo-signing")  # as `draudit keys generate --out keys/demo-signing`
     pack = render_pack(sessions, PackRequest(ns_to_dt(period_from), ns_to_dt(period_to), clusters=(DEMO_CLUSTER,)),
                        out_dir / "pack", sign_key=key, archive=True, policy_bundle=settings.policy_bundle,
                        clock_skew_s=settings.clock_skew_s)

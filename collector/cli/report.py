@@ -122,23 +122,14 @@ def keys_group() -> None:
 @click.option("--out", "prefix", required=True, metavar="PREFIX", help="Writes PREFIX.key (private, 0600) and PREFIX.pub.")
 def keys_generate(prefix: str) -> None:
     """Generate an Ed25519 key pair: PKCS#8 PEM private key and SubjectPublicKeyInfo PEM public key."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
+    from reports.keyfiles import key_paths, write_key_pair
     from reports.manifest import public_key_id
 
-    private_path, public_path = Path(prefix + ".key"), Path(prefix + ".pub")
-    for p in (private_path, public_path):
-        if p.exists():
-            raise UserError(f"{p} exists; choose another --out prefix (keys are never overwritten)")
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    pub = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    private_path, public_path = key_paths(prefix)
     try:
-        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(pem)
-        public_path.write_bytes(pub)
+        key = write_key_pair(prefix)
+    except FileExistsError as exc:
+        raise UserError(f"{exc} exists; choose another --out prefix (keys are never overwritten)") from None
     except OSError as exc:
         raise UserError(f"--out {prefix}: cannot write the key files ({exc.strerror})") from None
     click.echo(f"private key {private_path} (keep secret), public key {public_path}, key id {public_key_id(key.public_key())}")
