@@ -111,18 +111,6 @@ def _steps_for_sim(steps: list[dict]):
     return out
 
 
-def _wait_caught_up(srv, watcher, timeout_s: float = 20.0) -> None:
-    """Every kind has committed all events up to the server's current RV (seen via a BOOKMARK)."""
-    target = srv.current_rv
-    deadline = time.monotonic() + timeout_s
-    while not all(int(r.resume_rv or 0) >= target for r in watcher.reflectors):
-        if time.monotonic() > deadline:
-            raise RuntimeError("the watcher did not catch up with the fake API server")
-        srv.send_bookmark()
-        time.sleep(0.05)
-    watcher.recorder.flush(timeout_s)
-
-
 def _post_otlp(url: str, token: str, body: bytes) -> dict[str, Any]:
     http = urllib3.PoolManager()
     resp = http.request("POST", url, body=body, headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
@@ -158,7 +146,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
     from collector.server import HttpServer, build_app
     from collector.ingest.http import ingest_routes
     from collector.sim import FakeApiServer
-    from collector.sim.scenario import play
+    from collector.sim.scenario import play, wait_caught_up
     from collector.watcher import Watcher
     from reports.keyfiles import write_key_pair
     from reports.render import PackRequest, render_pack
@@ -210,7 +198,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         remaining_s = (scenario.end_ns - now_ns()) / NS_PER_S
         if remaining_s > 0:
             time.sleep(remaining_s)
-        _wait_caught_up(srv, watcher)
+        wait_caught_up(srv, watcher, timeout_s=20)
         timings["watch_s"] = time.monotonic() - t0
 
         t1 = time.monotonic()

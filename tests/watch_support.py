@@ -116,16 +116,7 @@ def pod(name: str, namespace: str = "risk-inference", claim_name: str | None = "
 
 
 def caught_up(srv, watcher, timeout_s: float = 30.0) -> None:
-    """Every kind has committed everything up to now: a BOOKMARK at the current RV was received.
+    """Every kind has committed everything up to now (``collector.sim.scenario.wait_caught_up``)."""
+    from collector.sim.scenario import wait_caught_up
 
-    Bookmarks go only to watches open at that moment (a watch may be reconnecting after its short
-    test read timeout), so one is sent at every poll until each reflector has one.
-    """
-    target = srv.current_rv
-
-    def done():
-        srv.send_bookmark()
-        return all(int(r.resume_rv or 0) >= target for r in watcher.reflectors)
-
-    wait_until(done, timeout_s=timeout_s, interval_s=0.05, what="watcher caught up")
-    assert watcher.recorder.flush(timeout_s)
+    wait_caught_up(srv, watcher, timeout_s)

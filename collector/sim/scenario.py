@@ -329,3 +329,23 @@ def replay_claim_lifecycle(srv, speed: float = 0.0, **kwargs: Any) -> list[Any]:
     Returns the written objects, one per step.
     """
     return play(srv, claim_lifecycle_steps(**kwargs), speed=speed)
+
+
+def wait_caught_up(srv, watcher, timeout_s: float = 30.0) -> None:
+    """Block until ``watcher`` has committed everything ``srv`` served up to its current RV.
+
+    Proof is a BOOKMARK at that RV reaching every reflector. Bookmarks go only to watches open at
+    that moment (a watch may be reconnecting), so one is sent at every poll.
+
+    Raises:
+        TimeoutError: not caught up within ``timeout_s`` seconds.
+    """
+    target = srv.current_rv
+    deadline = time.monotonic() + timeout_s
+    while not all(int(r.resume_rv or 0) >= target for r in watcher.reflectors):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the watcher did not catch up with the fake API server (RV {target}) in {timeout_s} s")
+        srv.send_bookmark()
+        time.sleep(0.05)
+    if not watcher.recorder.flush(max(0.1, deadline - time.monotonic())):
+        raise TimeoutError("the watcher's recorder did not commit in time")
