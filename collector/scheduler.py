@@ -49,6 +49,7 @@ from collector.store.models import (
     Finding,
     InferenceRecord,
     JobRun,
+    Lineage,
     Quarantine,
     SchedulerJob,
     WatchState,
@@ -73,10 +74,12 @@ class RetentionClass:
     age_column: str
     unit: str  # "ns" (integer nanoseconds) or "dt" (aware datetime)
     ledgered: bool
+    derived: tuple[Any, ...] = ()  # columns holding this table's primary key: their rows go with it
 
 
 RETENTION_CLASSES: dict[str, RetentionClass] = {
-    "transactions": RetentionClass("transactions", InferenceRecord, "event_time_ns", "ns", True),  # lineage cascades
+    "transactions": RetentionClass("transactions", InferenceRecord, "event_time_ns", "ns", True,
+                                   derived=(Lineage.__table__.c.record_id,)),
     "quarantine": RetentionClass("quarantine", Quarantine, "received_at", "dt", True),
     "findings": RetentionClass("findings", Finding, "evaluated_at", "dt", True),
     "coverage": RetentionClass("coverage", CoverageInterval, "ended_ns", "ns", True),
@@ -266,7 +269,8 @@ def apply_retention(sessions: sessionmaker[Session], config: ScheduleConfig, now
     Each deleted row of a ledgered table gets a ledger tombstone (``append_tombstone``: table, key,
     the row's leaf hash and the reason) in the same transaction as the delete, so the chain still
     accounts for it (RTS 2024/1774 Art. 12, compliance.md §2.4). Batches of ``RETENTION_BATCH`` rows,
-    one transaction each. With ``legal_hold`` nothing is deleted.
+    one transaction each; rows derived from them (``RetentionClass.derived``: a transaction's lineage)
+    are deleted in the same transaction. With ``legal_hold`` nothing is deleted.
 
     Returns:
         Rows deleted per class.
@@ -291,7 +295,10 @@ def apply_retention(sessions: sessionmaker[Session], config: ScheduleConfig, now
                 if cls.ledgered:
                     for row in rows:
                         ledger.append_tombstone(session, table.name, row, reason)
-                session.execute(delete(table).where(pk.in_([r[pk.name] for r in rows])))
+                keys = [r[pk.name] for r in rows]
+                for column in cls.derived:  # derived data (lineage): no ledger entry, no foreign key
+                    session.execute(delete(column.table).where(column.in_(keys)))
+                session.execute(delete(table).where(pk.in_(keys)))
                 total += len(rows)
         deleted[name] = total
     return deleted

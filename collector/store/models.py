@@ -446,15 +446,17 @@ class Lineage(Base):
     (``skew-window``, ``several-devices``, ``several-pods``, ``no-pod``, ``no-claim``,
     ``no-allocation``, ``no-device-record``, ``coverage-gap``). Derived data: recomputable from the
     store; written by ``collector.lineage.attribute`` (see its module docstring for the rule).
+
+    ``record_id`` is ``inference_records.id`` without a foreign key and without secondary indexes:
+    every reader reaches a row through its record (primary key), and a foreign-key check per row
+    was half the cost of writing a million rows on PostgreSQL (bench/lineage_bench.py). The one
+    deleter of inference records, retention (``collector.scheduler.apply_retention``), deletes
+    their lineage rows in the same transaction.
     """
 
     __tablename__ = "lineage"
-    __table_args__ = (
-        Index("ix_lineage_status", "status"),
-        Index("ix_lineage_gpu", "physical_gpu_uuid"),
-    )
 
-    record_id: Mapped[int] = mapped_column(BigId, ForeignKey("inference_records.id", ondelete="CASCADE"), primary_key=True)
+    record_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
     status: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     candidates: Mapped[int] = mapped_column(Integer, default=0)

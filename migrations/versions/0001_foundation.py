@@ -2,7 +2,7 @@
 
 Revision ID: 0001_foundation
 Revises: 
-Create Date: 2026-11-29 20:51:51.957079
+Create Date: 2026-11-29 23:50:27.979408
 """
 from typing import Sequence, Union
 
@@ -153,6 +153,29 @@ def upgrade() -> None:
     sa.Column('updated_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('chain')
     )
+    op.create_table('lineage',
+    sa.Column('record_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=False, nullable=False),
+    sa.Column('status', sa.String(length=16), nullable=False),
+    sa.Column('reason', sa.String(length=32), nullable=True),
+    sa.Column('candidates', sa.Integer(), nullable=False),
+    sa.Column('pod_uid', sa.String(length=64), nullable=True),
+    sa.Column('node_name', sa.String(length=253), nullable=True),
+    sa.Column('claim_uid', sa.String(length=64), nullable=True),
+    sa.Column('claim_namespace', sa.String(length=253), nullable=True),
+    sa.Column('claim_name', sa.String(length=253), nullable=True),
+    sa.Column('request', sa.String(length=253), nullable=True),
+    sa.Column('episode_id', sa.BigInteger(), nullable=True),
+    sa.Column('driver', sa.String(length=253), nullable=True),
+    sa.Column('pool', sa.String(length=253), nullable=True),
+    sa.Column('device', sa.String(length=253), nullable=True),
+    sa.Column('device_state_id', sa.BigInteger(), nullable=True),
+    sa.Column('device_uuid', sa.String(length=128), nullable=True),
+    sa.Column('physical_gpu_uuid', sa.String(length=128), nullable=True),
+    sa.Column('product_name', sa.String(length=253), nullable=True),
+    sa.Column('mig_profile', sa.String(length=64), nullable=True),
+    sa.Column('attributed_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('record_id')
+    )
     op.create_table('object_versions',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('cluster', sa.String(length=253), nullable=False),
@@ -280,34 +303,6 @@ def upgrade() -> None:
         batch_op.create_index('ix_device_states_key', ['cluster', 'driver', 'pool', 'device', 'valid_from_ns'], unique=False)
         batch_op.create_index('ix_device_states_uuid', ['uuid'], unique=False)
 
-    op.create_table('lineage',
-    sa.Column('record_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=False),
-    sa.Column('status', sa.String(length=16), nullable=False),
-    sa.Column('reason', sa.String(length=32), nullable=True),
-    sa.Column('candidates', sa.Integer(), nullable=False),
-    sa.Column('pod_uid', sa.String(length=64), nullable=True),
-    sa.Column('node_name', sa.String(length=253), nullable=True),
-    sa.Column('claim_uid', sa.String(length=64), nullable=True),
-    sa.Column('claim_namespace', sa.String(length=253), nullable=True),
-    sa.Column('claim_name', sa.String(length=253), nullable=True),
-    sa.Column('request', sa.String(length=253), nullable=True),
-    sa.Column('episode_id', sa.BigInteger(), nullable=True),
-    sa.Column('driver', sa.String(length=253), nullable=True),
-    sa.Column('pool', sa.String(length=253), nullable=True),
-    sa.Column('device', sa.String(length=253), nullable=True),
-    sa.Column('device_state_id', sa.BigInteger(), nullable=True),
-    sa.Column('device_uuid', sa.String(length=128), nullable=True),
-    sa.Column('physical_gpu_uuid', sa.String(length=128), nullable=True),
-    sa.Column('product_name', sa.String(length=253), nullable=True),
-    sa.Column('mig_profile', sa.String(length=64), nullable=True),
-    sa.Column('attributed_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['record_id'], ['inference_records.id'], ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('record_id')
-    )
-    with op.batch_alter_table('lineage', schema=None) as batch_op:
-        batch_op.create_index('ix_lineage_gpu', ['physical_gpu_uuid'], unique=False)
-        batch_op.create_index('ix_lineage_status', ['status'], unique=False)
-
     op.create_table('pod_states',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('cluster', sa.String(length=253), nullable=False),
@@ -382,11 +377,6 @@ def downgrade() -> None:
         batch_op.drop_index('ix_pod_states_name')
 
     op.drop_table('pod_states')
-    with op.batch_alter_table('lineage', schema=None) as batch_op:
-        batch_op.drop_index('ix_lineage_status')
-        batch_op.drop_index('ix_lineage_gpu')
-
-    op.drop_table('lineage')
     with op.batch_alter_table('device_states', schema=None) as batch_op:
         batch_op.drop_index('ix_device_states_uuid')
         batch_op.drop_index('ix_device_states_key')
@@ -411,6 +401,7 @@ def downgrade() -> None:
         batch_op.drop_index('ix_object_versions_kind_uid')
 
     op.drop_table('object_versions')
+    op.drop_table('lineage')
     op.drop_table('ledger_head')
     with op.batch_alter_table('ledger', schema=None) as batch_op:
         batch_op.drop_index('ix_ledger_row')
