@@ -15,12 +15,20 @@ from sqlalchemy import text
 from collector.store.db import make_engine
 
 DEFAULT_PG_URL = "postgresql://root@127.0.0.1:5432/test"
+BACKENDS = ("sqlite", "postgresql")
 
 
-def for_each_backend(run: Callable[[str], None], pg_url: str = DEFAULT_PG_URL) -> None:
-    """Call ``run`` on SQLite, then on PostgreSQL (skipped with a note if it is unreachable)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        run(f"sqlite:///{tmp}/bench.db")
+def for_each_backend(run: Callable[[str], None], pg_url: str = DEFAULT_PG_URL,
+                     backends: tuple[str, ...] = ("sqlite", "postgresql")) -> None:
+    """Call ``run`` on SQLite, then on PostgreSQL (skipped with a note if it is unreachable).
+
+    ``backends`` restricts the run to some of them (names as in ``BACKENDS``).
+    """
+    if "sqlite" in backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            run(f"sqlite:///{tmp}/bench.db")
+    if "postgresql" not in backends:
+        return
     admin = make_engine(pg_url, isolation_level="AUTOCOMMIT")
     name = f"draudit_bench_{uuid.uuid4().hex[:8]}"
     try:

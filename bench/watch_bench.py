@@ -146,8 +146,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--pg-url", default="postgresql://root@127.0.0.1:5432/test")
+    ap.add_argument("--backends", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql")
     args = ap.parse_args()
-    for_each_backend(lambda url: run(url, args.events), args.pg_url)
+    for_each_backend(lambda url: run(url, args.events), args.pg_url, tuple(args.backends.split(",")))
 
 if __name__ == "__main__":
     main()

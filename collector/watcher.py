@@ -6,6 +6,7 @@ SQL in ``collector.kube.recorder``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -35,12 +36,16 @@ def pod_references_claims(pod: dict[str, Any]) -> bool:
     return bool(spec.get("resourceClaims")) or bool(status.get("extendedResourceClaimStatus"))
 
 
+@functools.cache
 def client_model(spec: KindSpec) -> type:
     """The official client's model class for ``spec``.
 
     The generator names most models ``<Version><Kind>`` (``V1ResourceSlice``); where two API
     groups define the same kind it prefixes the group (``ResourceV1ResourceClaim``, since core v1
     also has a ``ResourceClaim`` type).
+
+    Cached: the client package resolves model names lazily through a module ``__getattr__`` that
+    imports on every lookup, which costs more than validating a small object.
 
     Raises:
         RuntimeError: the installed client has no model for the kind (an incompatible client).

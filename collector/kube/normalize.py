@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 import re
 from fractions import Fraction
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 GROUP = "resource.k8s.io"
 V1 = "v1"

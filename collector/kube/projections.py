@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import orjson
 from sqlalchemy import JSON, BigInteger, String, bindparam, cast, delete, func, null, select, union_all

@@ -85,8 +85,10 @@ def _column_names(table: Table) -> tuple[str, ...]:
 def _datetime_columns(table: Table) -> tuple[str, ...]:
     out = []
     for col in table.columns:
+        # UTCDateTime is a TypeDecorator, whose own python_type raises: ask the type it wraps.
+        col_type = getattr(col.type, "impl_instance", col.type)
         try:
-            if issubclass(col.type.python_type, datetime):
+            if issubclass(col_type.python_type, datetime):
                 out.append(col.name)
         except NotImplementedError:
             continue
