@@ -148,3 +148,10 @@ def test_ledger_chain_continues_across_transactions(sessions):
         entries = s.execute(select(LedgerEntry).order_by(LedgerEntry.seq)).scalars().all()
     assert [e.seq for e in entries] == [1, 2, 3]
     assert entries[1].prev_hash == entries[0].entry_hash and entries[2].prev_hash == entries[1].entry_hash
+
+
+def test_ledger_fast_path_knows_every_utc_datetime_column():
+    # UTCDateTime is a TypeDecorator: if its columns were missed, every leaf would silently take the
+    # slow canonical path (same bytes, several times the cost per row).
+    assert ledger._datetime_columns(ledger.ledgered_table("object_versions")) == ("observed_at",)
+    assert ledger._datetime_columns(ledger.ledgered_table("quarantine")) == ("received_at",)
