@@ -92,6 +92,7 @@ from sqlalchemy import (
     String,
     Table,
     and_,
+    bindparam,
     case,
     cast,
     delete,
@@ -955,6 +956,26 @@ def attribute(
 # --------------------------------------------------------------------------------------------
 
 
+def _co_tenants_stmt() -> Select:
+    """Bound parameters ``cluster``, ``gpu``, ``t``; see ``co_tenants``. Built once: a trace runs it per id."""
+    t = bindparam("t", type_=BigInteger)
+    gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
+    return (
+        select(AE.c.claim_namespace, CC.c.consumer_name, CC.c.consumer_uid, AE.c.claim_name)
+        .select_from(
+            DS.join(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
+                             AR.c.admin_access == False))  # noqa: E712
+            .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t)))
+            .join(CC, and_(CC.c.episode_id == AE.c.id, _valid_at(CC, t)))
+        )
+        .where(DS.c.cluster == bindparam("cluster"), gpu == bindparam("gpu"), _valid_at(DS, t))
+        .distinct()
+    )
+
+
+_CO_TENANTS = _co_tenants_stmt()
+
+
 def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: int,
                exclude_pod_uid: str | None) -> list[dict[str, Any]]:
     """Consumers of any device of ``physical_gpu_uuid`` at ``t_ns`` other than ``exclude_pod_uid``.
@@ -966,23 +987,10 @@ def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: 
     Returns:
         ``[{"namespace", "pod", "pod_uid", "claim"}]`` sorted by namespace, pod, claim.
     """
-    gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
-    q = (
-        select(AE.c.claim_namespace, CC.c.consumer_name, CC.c.consumer_uid, AE.c.claim_name)
-        .select_from(
-            DS.join(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
-                             AR.c.admin_access == False))  # noqa: E712
-            .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, literal(t_ns))))
-            .join(CC, and_(CC.c.episode_id == AE.c.id, _valid_at(CC, literal(t_ns))))
-        )
-        .where(DS.c.cluster == cluster, gpu == physical_gpu_uuid, _valid_at(DS, literal(t_ns)))
-        .distinct()
-    )
-    if exclude_pod_uid is not None:
-        q = q.where(CC.c.consumer_uid != exclude_pod_uid)
-    rows = session.execute(q).all()
+    rows = session.execute(_CO_TENANTS, {"cluster": cluster, "gpu": physical_gpu_uuid, "t": t_ns}).all()
     return [{"namespace": ns, "pod": pod, "pod_uid": uid, "claim": claim}
-            for ns, pod, uid, claim in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2]))]
+            for ns, pod, uid, claim in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2]))
+            if exclude_pod_uid is None or uid != exclude_pod_uid]
 
 
 def _empty_trace(transaction_id: str) -> dict[str, Any]:
@@ -1011,34 +1019,44 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     """
     out: list[dict[str, Any]] = []
     for txn in transaction_ids:
-        records = session.execute(
-            select(R.c.id, R.c.event_time_ns, R.c.cluster, R.c.pod_uid, R.c.pod_namespace, R.c.pod_name)
-            .where(R.c.transaction_id == txn).order_by(R.c.event_time_ns, R.c.id)
-        ).all()
+        records = session.execute(_TRACE_RECORDS, {"txn": txn}).all()
         if not records:
             out.append(_empty_trace(txn))
             continue
-        ids = [r.id for r in records]
-        stored = {row.record_id: row for row in session.execute(select(L).where(L.c.record_id.in_(ids)))}
-        missing = [i for i in ids if i not in stored]
+        missing = [r.id for r in records if r.lineage_id is None]
+        live = {}
         if missing:
-            live = lineage_select(all=True, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
-                                  cluster=cluster, record_ids=missing)
-            stored.update({row.record_id: row for row in session.execute(live)})
+            live_q = lineage_select(all=True, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
+                                    cluster=cluster, record_ids=missing)
+            live = {row.record_id: row for row in session.execute(live_q)}
         for rec in records:
-            out.append(_trace_document(session, txn, rec, stored[rec.id], cluster))
+            out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster))
     return out
+
+
+# A transaction's stored records with their lineage (NULL ``lineage_id``: not attributed yet).
+_TRACE_RECORDS = (
+    select(R.c.id, R.c.event_time_ns, R.c.cluster, R.c.pod_namespace.label("rec_pod_namespace"),
+           R.c.pod_name.label("rec_pod_name"), L.c.record_id.label("lineage_id"), *[L.c[c] for c in VERDICT_COLUMNS])
+    .select_from(R.outerjoin(L, L.c.record_id == R.c.id))
+    .where(R.c.transaction_id == bindparam("txn"))
+    .order_by(R.c.event_time_ns, R.c.id)
+)
+# The pod's namespace/name: its state valid at ``t``, else its latest.
+_POD_NAME = (
+    select(PS.c.namespace, PS.c.name)
+    .where(PS.c.cluster == bindparam("cluster"), PS.c.pod_uid == bindparam("uid"))
+    .order_by(_valid_at(PS, bindparam("t", type_=BigInteger)).desc(), PS.c.valid_from_ns.desc())
+    .limit(1)
+)
 
 
 def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_cluster: str) -> dict[str, Any]:
     cluster = rec.cluster or default_cluster
     t = rec.event_time_ns
-    pod_ns, pod_name = rec.pod_namespace, rec.pod_name
+    pod_ns, pod_name = rec.rec_pod_namespace, rec.rec_pod_name
     if lin.pod_uid is not None:
-        state = session.execute(
-            select(PS.c.namespace, PS.c.name).where(PS.c.cluster == cluster, PS.c.pod_uid == lin.pod_uid)
-            .order_by(_valid_at(PS, literal(t)).desc(), PS.c.valid_from_ns.desc()).limit(1)
-        ).first()
+        state = session.execute(_POD_NAME, {"cluster": cluster, "uid": lin.pod_uid, "t": t}).first()
         if state is not None:
             pod_ns, pod_name = state.namespace, state.name
     doc = _empty_trace(txn)
