@@ -41,6 +41,7 @@ from collector.store.models import EvidencePack, InferenceRecord, LedgerEntry, L
 from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import populations as pop
 from reports.controls import CONTROLS, SECTIONS, controls_document
+from reports.finding_text import Allocation, FindingFacts, describe, duration_text
 from reports.manifest import (
     FileDigest,
     INTEGRITY_FILES,
@@ -62,6 +63,22 @@ TIMELINE_GPU_LIMIT = 120  # lanes drawn in the HTML/PDF (WeasyPrint lays out eve
 CHANGE_COLUMNS = ("change_type", "cluster", "subject", "at", "at_ns", "from_value", "to_value", "detail", "source_id")
 CHUNK_BYTES = 1 << 20
 PARALLEL_PDF_MIN_TRANSACTIONS = 200_000  # below this, a worker process costs more (start-up) than it saves
+# What a lineage status or reason code means (collector/lineage.py decides them), shown next to the counts.
+STATUS_MEANINGS = {
+    "exact": "one device of the container's claim was allocated at the transaction time, with no allocation "
+             "change within the clock-skew tolerance",
+    "skew-window": "an allocation change lies within the clock-skew tolerance of the transaction time",
+    "several-pods": "more than one pod matched the transaction's pod reference",
+    "several-devices": "the claim's request had more than one device at that time",
+    "coverage-gap": "the transaction time lies in an observation gap (section 2)",
+    "no-pod": "no pod matched the transaction's pod reference at that time",
+    "no-claim": "the pod had no claim for the transaction's container at that time",
+    "no-allocation": "the claim was not allocated at that time",
+    "no-device-record": "no ResourceSlice published the allocated device at that time",
+    pop.NOT_ATTRIBUTED: "logged but the attribution job has not processed it yet",
+}
+CHANGE_LABELS = {"DeviceClass": "DeviceClass version", "driver_version": "GPU driver version",
+                 "policy_bundle": "policy bundle revision"}
 # counts in the order they were written before the lineage moved last (it is part of the pack id)
 COUNT_ORDER = ("inventory", "allocation_episodes", "consumer_intervals", "transaction_lineage", "findings", "coverage",
                "sharing", "changes")
@@ -181,6 +198,7 @@ class _Collector:
         self.migs: dict[tuple[str, str], dict[str, Any]] = {}
         self.driver_seq: dict[tuple[str, str, str, str], list[tuple[int, str | None, str | None, str | None, int]]] = {}
         self.bars: list[Bar] = []
+        self.facts = FindingFacts()
 
     def inventory_row(self, r) -> None:
         d = dict(zip(pop.INVENTORY_COLUMNS, r))
@@ -215,6 +233,15 @@ class _Collector:
             device_type=d["device_type"], device_uuid=d["device_uuid"], mig_profile=d["mig_profile"],
             tenant=d["tenant"], namespace=d["claim_namespace"], claim_name=d["claim_name"], claim_uid=d["claim_uid"],
             from_ns=d["valid_from_ns"], to_ns=d["valid_to_ns"], admin_access=d["admin_access"]))
+        self.facts.add_allocation(Allocation(
+            d["allocation_result_id"], d["episode_id"], d["claim_namespace"], d["claim_name"],
+            f"{d['driver']}/{d['pool']}/{d['device']}", d["physical_gpu_uuid"], d["node_name"], d["mig_profile"],
+            d["valid_from_ns"], d["valid_to_ns"]))
+
+    def consumer_row(self, r) -> None:
+        d = dict(zip(pop.CONSUMER_COLUMNS, r))
+        self.facts.add_consumer(d["claim_namespace"], d["claim_name"], d["consumer_name"], d["valid_from_ns"],
+                                d["valid_to_ns"])
 
     def driver_changes(self) -> list[dict[str, Any]]:
         """Driver-version changes per physical GPU (one row even when several MIG devices republish)."""
@@ -312,7 +339,7 @@ def _environment() -> Environment:
     env.filters["dt"] = _fmt_dt
     env.filters["bytes"] = _fmt_bytes
     env.filters["dur"] = _fmt_s
-    env.filters["pretty_json"] = lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False)
+    env.globals["duration"] = duration_text
     return env
 
 
@@ -424,7 +451,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     col = _Collector(scope)
     counts: dict[str, int] = {}
     written: list[pop.WrittenPopulation] = []
-    sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row}
+    sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row,
+             "consumer_intervals": col.consumer_row}
     for population in pop.STREAMED:
         if population.name == "transaction_lineage":
             continue  # written by pop.write_lineage, rendered to text in SQL
@@ -436,6 +464,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     written.append(pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage))
     cov_summary = pop.coverage_summary(coverage, scope)
     segments = sharing_segments(col.bars, scope.from_ns, scope.to_ns)
+    col.facts.sharing = [(s.physical_gpu_uuid, s.from_ns, s.to_ns, s.claims, s.partitioned) for s in segments]
     written.append(pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments)))
     dc_changes, device_classes = _device_class_changes(session, scope)
     bundle_changes, bundles = _bundle_changes(findings)
@@ -480,10 +509,12 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "sections": SECTIONS, "controls": controls_document(False)["controls"], "limit": HTML_ROW_LIMIT,
         "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps,
         "gpus": gpus, "migs": migs, "device_classes": device_classes,
-        "svgs": svgs, "legend": legend(col.bars), "timeline_omitted": len({b.physical_gpu_uuid for b in col.bars}) - len(drawn_gpus), "claims": len({b.claim_uid for b in col.bars}),
-        "segments": [s.row() for s in segments], "cross_segments": [s.row() for s in cross],
+        "svgs": svgs, "legend": legend(col.bars), "timeline_drawn": len(drawn_gpus),
+        "timeline_omitted": len({b.physical_gpu_uuid for b in col.bars}) - len(drawn_gpus),
+        "claims": len({b.claim_uid for b in col.bars}),
+        "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
-        "findings": findings, "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
+        "findings": describe(findings, col.facts, scope.tenant_of), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
         "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
         "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "version": __version__,
         "anchor": {"seq": anchor_seq, "hash": anchor_hash},
@@ -492,6 +523,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
                     "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
                     "changes": CHANGE_COLUMNS},
         "not_evidenced": [c for c in CONTROLS if c["status"] == "not evidenced"],
+        "status_meaning": STATUS_MEANINGS, "change_labels": CHANGE_LABELS,
     }
     return context, meta, [f for w in written for f in w.files]
 

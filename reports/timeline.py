@@ -132,9 +132,52 @@ def sharing_segments(bars: Sequence[Bar], period_from_ns: int, period_to_ns: int
     return out
 
 
-def _fmt_tick(ns: int) -> str:
-    text = ns_to_rfc3339(ns) or ""
-    return text[5:16].replace("T", " ")  # MM-DD HH:MM
+# Tick steps in ns: 1-2-5 below a minute, then clock-friendly steps up to weeks.
+_SECOND = 1_000_000_000
+TICK_STEPS_NS = tuple(m * 10**e for e in range(6, 10) for m in (1, 2, 5)) + tuple(s * _SECOND for s in (
+    10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86_400, 2 * 86_400,
+    7 * 86_400, 14 * 86_400, 28 * 86_400))
+MAX_TICKS = 8
+
+
+def axis_ticks(t0_ns: int, t1_ns: int, max_ticks: int = MAX_TICKS) -> tuple[int, list[tuple[int, str]]]:
+    """(step in ns, [(tick time in ns, label)]) for a UTC time axis over ``[t0_ns, t1_ns]``.
+
+    The step is the smallest of ``TICK_STEPS_NS`` giving at most ``max_ticks`` ticks; ticks sit on
+    multiples of the step (UTC midnight-aligned), so labels are round and all distinct. Labels
+    carry only the precision the step needs (``HH:MM:SS.mmm`` below a second, ``HH:MM:SS`` below a
+    minute, ``HH:MM`` below a day, the date from a day up); the date is prefixed to the first tick
+    and to every tick on a new UTC day.
+    """
+    span = max(t1_ns - t0_ns, 1)
+    step = next((s for s in TICK_STEPS_NS if span // s <= max_ticks), None)
+    if step is None:  # beyond the table: whole days
+        step = -(-span // (max_ticks * 86_400 * _SECOND)) * 86_400 * _SECOND
+    first = -(-t0_ns // step) * step
+    ticks: list[tuple[int, str]] = []
+    previous_day = None
+    for t in range(first, t1_ns + 1, step):
+        text = ns_to_rfc3339(t - t % _SECOND) or ""
+        day, clock = text[:10], text[11:19]
+        if step >= 86_400 * _SECOND:
+            label = day
+        else:
+            clock = f"{clock}.{t % _SECOND // 1_000_000:03d}" if step < _SECOND else \
+                clock if step < 60 * _SECOND else clock[:5]
+            label = clock if day == previous_day else f"{day} {clock}"
+        previous_day = day
+        ticks.append((t, label))
+    return step, ticks
+
+
+def step_text(step_ns: int) -> str:
+    """A tick step in words: ``500 ms``, ``15 s``, ``5 min``, ``6 h``, ``2 days``."""
+    for unit_ns, unit in ((86_400 * _SECOND, "day"), (3600 * _SECOND, "h"), (60 * _SECOND, "min"), (_SECOND, "s"),
+                          (1_000_000, "ms")):
+        if step_ns >= unit_ns and step_ns % unit_ns == 0:
+            n = step_ns // unit_ns
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''}"
+    return f"{step_ns} ns"
 
 
 def timeline_svgs(bars: Sequence[Bar], period_from_ns: int, period_to_ns: int,
@@ -195,15 +238,15 @@ def _chart(gpus: list[str], lanes: dict[str, list[Bar]], nodes: dict[str, str], 
                          f'fill="{colours[b.tenant]}" fill-opacity="{opacity}" {style}>'
                          f'<title>{escape(title)}</title></rect>')
         y += lane_h + 2
-    # Axis with six ticks.
+    step, ticks = axis_ticks(t0, t1)
     axis = [f'<line x1="{label_w}" y1="20" x2="{label_w + plot_w}" y2="20" stroke="#333333" stroke-width="0.6"/>']
-    for i in range(7):
-        tick = t0 + span * i // 6
+    for tick, label in ticks:
         tx = x(tick)
-        anchor = "start" if i == 0 else ("end" if i == 6 else "middle")
+        anchor = "start" if tx - label_w < 25 else ("end" if label_w + plot_w - tx < 25 else "middle")
         axis.append(f'<line x1="{tx:.1f}" y1="17" x2="{tx:.1f}" y2="{y:.1f}" stroke="#bbbbbb" stroke-width="0.3"/>')
-        axis.append(f'<text x="{tx:.1f}" y="13" font-size="7" text-anchor="{anchor}">{escape(_fmt_tick(tick))}</text>')
-    axis.append('<text x="4" y="13" font-size="7" fill="#555555">physical GPU / node (UTC)</text>')
+        axis.append(f'<text x="{tx:.1f}" y="13" font-size="7" text-anchor="{anchor}">{escape(label)}</text>')
+    axis.append(f'<text x="4" y="13" font-size="7" fill="#555555">GPU UUID / node · time UTC, grid every '
+                f'{escape(step_text(step))}</text>')
     height = y + 4
     if not gpus:
         axis.append(f'<text x="{label_w}" y="40" font-size="9">No allocations in the period.</text>')

@@ -220,6 +220,27 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
     assert findings_section.count(FINDING_RULE) == 1
     cover = html[:html.index('<nav class="toc">')]
     assert cover.count(FINDING_RULE) == 1 and "1 violation(s)" in cover
+    # the finding in words, with the pods of both tenants, in the findings section and on the cover
+    who = (f"tenant marketing pod marketing-ml/recsys-0 and tenant risk pod risk-inference/fraud-0 shared physical "
+           f"GPU {GPU_A} on node gpu-node-a without hardware partitioning")
+    when = "from 2026-11-28T03:00:00Z to 2026-11-28T04:00:00Z (1 h 00 min)"
+    pdf_findings = pdf_text[pdf_text.index("6. Policy findings\n"):pdf_text.index("7. Transaction lineage\n")]
+    for text in (re.sub(r"<[^>]+>", " ", findings_section), re.sub(r"<[^>]+>", " ", cover), pdf_findings):
+        assert flat(who).lower() in flat(text).lower() and flat(when) in flat(text)
+    # subjects and evidence as readable rows, not JSON (the JSON stays in data/findings.json)
+    for text in (re.sub(r"<[^>]+>", " ", findings_section), pdf_findings):
+        assert '{"' not in text and '"namespace"' not in text and "namespace" in text
+        assert flat("Finding 1 of 2") in flat(text) and flat("Subject: Tenants marketing risk") in flat(text)
+        assert flat("Subject: Claims (namespace/name) marketing-ml/recsys-gpu risk-inference/fraud-0-gpu") in flat(text)
+        assert flat("episode ids 1") in flat(text)
+    assert json.loads((pack / "data/findings.json").read_text())[0]["subjects"]["claims"][0] == {
+        "namespace": "marketing-ml", "name": "recsys-gpu"}
+    # the timeline axis of a one-day period: distinct, round hour labels, the date once at its start
+    svg = html[html.index('<section id="timeline">'):html.index('<section id="sharing">')]
+    labels = re.findall(r'text-anchor="\w+">([^<]+)</text>', svg)
+    assert labels == ["2026-11-28 00:00", "03:00", "06:00", "09:00", "12:00", "15:00", "18:00", "21:00",
+                      "2026-11-29 00:00"]
+    assert "grid every 3 h" in svg and "grid every 3 h" in pdf_text
     reader = PdfReader(pack / "report.pdf")
     pages = len(reader.pages)
     assert f"page 1 of {pages}" in reader.pages[0].extract_text()
@@ -263,6 +284,20 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
             assert f in names, f
     checks = verify_pack(pack, key.public_key())
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+
+def test_tables_cut_to_the_row_limit_say_how_many_of_how_many(sessions, tmp_path, bundle, monkeypatch):
+    fill_store(sessions)
+    monkeypatch.setattr("reports.render.HTML_ROW_LIMIT", 1)
+    result = render(sessions, tmp_path / "pack", bundle, pdf=False)
+    html = (result.path / "index.html").read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert "Showing the first 1 of 2 findings; all 2 are in data/findings.csv" in text
+    assert "Showing the first 1 of 2 intervals" in text and "all 2 are in data/sharing.csv" in text
+    assert "Finding 2 of 2" not in text
+    # the cross-tenant interval without partitioning is the one shown
+    sharing = html[html.index('<section id="sharing">'):html.index('<section id="findings">')]
+    assert GPU_A in sharing and GPU_B not in sharing
 
 
 def test_namespace_scope_filters_claims_and_transactions(sessions, tmp_path, bundle):

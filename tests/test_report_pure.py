@@ -18,8 +18,9 @@ from reports.manifest import (
     sign_manifest,
     verdict,
 )
+from reports.finding_text import Allocation, FindingFacts, describe
 from reports.populations import Scope, coverage_summary
-from reports.timeline import Bar, sharing_segments, timeline_svgs
+from reports.timeline import Bar, axis_ticks, sharing_segments, step_text, timeline_svgs
 
 S = 1_000_000_000
 FILES = {"index.html": b"<html>pack</html>", "data/findings.csv": b"rule\nisolation\n"}
@@ -108,3 +109,49 @@ def test_sharing_segments_tell_mig_partitioning_from_shared_devices():
     svg = timeline_svgs(bars + [_bar("GPU-<x>", "d", "t&t", "c9", 0, 1)], 0, 100 * S, lanes_per_chart=2)
     assert len(svg) == 2 and "GPU-&lt;x&gt;" in "".join(svg) and "t&amp;t" in "".join(svg)
     assert 'stroke-dasharray="2,1"' in svg[1] and 'stroke-dasharray' not in svg[0]  # MIG drawn distinctly
+
+
+def test_axis_ticks_are_distinct_round_and_as_precise_as_the_period_needs():
+    day = 1_795_824_000 * S  # 2026-11-28T00:00:00Z
+    step, ticks = axis_ticks(day + S // 2, day + 36 * S)  # 35.5 s: seconds, date on the first label only
+    labels = [label for _t, label in ticks]
+    assert step == 5 * S and step_text(step) == "5 s"
+    assert labels == ["2026-11-28 00:00:05", "00:00:10", "00:00:15", "00:00:20", "00:00:25", "00:00:30", "00:00:35"]
+    step, ticks = axis_ticks(day - 6 * 3600 * S, day + 18 * 3600 * S)  # crosses midnight: the new date is named
+    assert step_text(step) == "3 h" and [label for _t, label in ticks][:4] == [
+        "2026-11-27 18:00", "21:00", "2026-11-28 00:00", "03:00"]
+    step, ticks = axis_ticks(day, day + 30 * 86_400 * S)  # a month: dates only
+    assert step_text(step) == "7 days" and all(len(label) == 10 for _t, label in ticks)
+    step, ticks = axis_ticks(day, day + 3 * S // 10)  # 300 ms: milliseconds
+    assert step_text(step) == "50 ms" and ticks[1][1] == "00:00:00.050"
+    for t0, t1 in ((day, day + 7 * S), (day, day + 86_400 * S), (day + 1, day + 400 * 86_400 * S)):
+        labels = [label for _t, label in axis_ticks(t0, t1)[1]]
+        assert len(labels) == len(set(labels)) and 2 <= len(labels) <= 9
+
+
+def test_findings_in_words_name_the_pods_of_each_tenant_and_spell_out_the_evidence():
+    facts = FindingFacts()
+    facts.add_consumer("risk-ns", "fraud-gpu", "fraud-0", 0, 50 * S)
+    facts.add_consumer("risk-ns", "fraud-gpu", "fraud-1", 60 * S, None)  # after the finding: not named
+    facts.add_allocation(Allocation(7, 3, "risk-ns", "fraud-gpu", "gpu.nvidia.com/node-a/gpu-0", "GPU-A", "node-a", None,
+                                    0, None))
+    facts.sharing = [("GPU-A", 10 * S, 20 * S, ("mkt-ns/embed-gpu", "risk-ns/fraud-gpu"), False)]
+    finding = {"physical_gpu_uuid": "GPU-A", "from": "2026-11-28T00:00:10Z", "to": "2026-11-28T00:00:20Z",
+               "from_ns": 10 * S, "to_ns": 20 * S, "subjects": {"claims": ["risk-ns/fraud-gpu", "mkt-ns/embed-gpu"],
+                                                                  "tenants": ["marketing", "risk"]},
+               "evidence": {"allocation_results": [7, 8]}}
+    [f] = describe([finding], facts, {"risk-ns": "risk", "mkt-ns": "marketing"}.get)
+    assert f["headline"] == ("Tenant marketing claim mkt-ns/embed-gpu (no consuming pod recorded) and tenant risk pod "
+                             "risk-ns/fraud-0 shared physical GPU GPU-A on node node-a without hardware partitioning "
+                             "(no MIG: the same device or the whole GPU) from 2026-11-28T00:00:10Z to "
+                             "2026-11-28T00:00:20Z (10 s).")
+    assert f["subject_rows"] == [("Claims (namespace/name)", ["risk-ns/fraud-gpu", "mkt-ns/embed-gpu"]),
+                                 ("Tenants", ["marketing", "risk"])]
+    [ev] = f["evidence_rows"]
+    assert ev["source"] == "data/allocation_episodes.csv, column allocation_result_id"
+    assert ev["lines"] == ["allocation result 7: claim risk-ns/fraud-gpu on gpu.nvidia.com/node-a/gpu-0 (GPU-A, node "
+                           "node-a) from 1970-01-01T00:00:00Z, still allocated at the period end", "allocation result 8"]
+    # a cluster-wide finding: no sentence, its subjects and counts as rows
+    [g] = describe([{"subjects": {"cluster": "c1"}, "evidence": {"counts": {"exact": 3, "records": 4}}}], facts, str)
+    assert g["headline"] is None and g["subject_rows"] == [("Cluster", ["c1"])]
+    assert g["evidence_rows"][0]["lines"] == ["exact 3, records 4"]
