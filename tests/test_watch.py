@@ -3,11 +3,14 @@ through the official kubernetes client, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
 
 import pytest
 from sqlalchemy import func, select
 
+from collector.kube import reflector as reflector_module
 from collector.sim import Fault
 from collector.store import ledger
 from collector.store.models import ObjectVersion
@@ -308,3 +311,22 @@ def test_client_models_reject_wrong_types_for_every_kind():
         bad = {**good, "metadata": {**good["metadata"], "generation": "not-a-number"}}
         with pytest.raises(Exception, match="generation"):
             model_validator(spec, bad)
+
+
+@pytest.mark.parametrize("line", [
+    b'{"type":"ADDED","object":{"metadata":{"name":"caf\xc3\xa9","resourceVersion":"7"}}}',
+    b'{"type":"ADDED","object":{"spec":{"n":123456789012345678901234567890}}}',  # beyond 64 bits
+    b'{"type":"ADDED","object":{"spec":{"s":"\\ud800"}}}',  # a lone surrogate: only the stdlib takes it
+])
+def test_watch_lines_decode_as_the_standard_library_decodes_them(line):
+    assert reflector_module._decode_event(line) == json.loads(line.decode("utf-8"))
+
+
+def test_a_nan_in_a_watch_line_decodes_as_the_standard_library_takes_it():
+    assert math.isnan(reflector_module._decode_event(b'{"type":"ADDED","object":{"x":NaN}}')["object"]["x"])
+
+
+@pytest.mark.parametrize("line", [b'{"type":"ADDED","object":', b'{"type":"ADDED","object":{"a":"\xff"}}'])
+def test_watch_lines_that_are_not_json_or_not_utf8_are_refused(line):
+    with pytest.raises(ValueError):  # UnicodeDecodeError is a ValueError
+        reflector_module._decode_event(line)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any, Callable, Protocol
 from urllib.parse import urlencode
 
 import kubernetes
+import orjson
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3HTTPError
 
@@ -178,6 +180,7 @@ class Reflector:
         self.keep = keep or (lambda _obj: True)
         self.validate = validate
         self.metrics = metrics
+        self._event_counters: dict[str, Any] = {}
         self.stop_event = threading.Event()
         self.synced = threading.Event()
         self.in_gap = False
@@ -334,8 +337,7 @@ class Reflector:
 
     def _handle_line(self, line: bytes, position: int, pending: list[ObservedEvent]) -> None:
         try:
-            text = line.decode("utf-8")
-            event = json.loads(text)
+            event = _decode_event(line)
             event_type = event["type"]
             obj = event["object"]
             if not isinstance(obj, dict):
@@ -362,10 +364,13 @@ class Reflector:
                 self.sink.submit_resume_point(self.spec, rv)
             return
         if event_type not in ("ADDED", "MODIFIED", "DELETED"):
-            self._quarantine(text, f"unknown watch event type {event_type!r}", f"watch@{self.resume_rv}+{position}")
+            self._quarantine(line.decode("utf-8"), f"unknown watch event type {event_type!r}", f"watch@{self.resume_rv}+{position}")
             return
         if self.metrics:
-            self.metrics.events.labels(self.spec.kind, event_type).inc()
+            counter = self._event_counters.get(event_type)
+            if counter is None:  # labels() costs a tuple build and a lock per call: keep the child
+                counter = self._event_counters[event_type] = self.metrics.events.labels(self.spec.kind, event_type)
+            counter.inc()
         if not self._acceptable(obj, position=f"watch@{self.resume_rv}+{position}"):
             if rv:  # move past the poison object so it does not recur on reconnect
                 self._flush(pending)
@@ -491,6 +496,28 @@ def _describe(exc: Exception) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason or ''}".strip()
     return f"{type(exc).__name__}: {exc}"
+
+
+_LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
+
+
+def _decode_event(line: bytes) -> Any:
+    """Decode one watch line (a JSON document, UTF-8).
+
+    orjson first (several times faster on a busy stream), except where it would read differently
+    from the standard library: it turns integers beyond 64 bits into floats, so a line with a run
+    of 19+ digits goes to ``json`` (exact integers); and what orjson refuses but ``json`` accepts
+    (``NaN``, lone surrogate escapes) goes there too. The value stored never depends on the path.
+
+    Raises:
+        UnicodeDecodeError, ValueError: the line is not UTF-8 or not JSON.
+    """
+    if _LONG_DIGIT_RUN.search(line):
+        return json.loads(line.decode("utf-8"))
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line.decode("utf-8"))
 
 
 def _chunks_of_lines(resp: Any):
