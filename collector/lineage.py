@@ -759,6 +759,19 @@ class _Run:
                               .group_by(table.c.status, table.c.reason))
         return {(st, r): n for st, r, n in rows}
 
+    def insert_counted(self, rows: Select, *written: ColumnElement[bool]) -> dict[tuple[str, str | None], int]:
+        """Insert ``rows`` (``LINEAGE_COLUMNS``) into ``lineage``; counts of the rows inserted.
+
+        PostgreSQL counts what ``INSERT ... RETURNING`` yields in the same statement; SQLite (no DML in
+        a CTE) counts the rows matching ``written`` with this run's ``attributed_at`` afterwards.
+        """
+        ins = insert(L).from_select(list(LINEAGE_COLUMNS), rows)
+        if self.pg:
+            out = ins.returning(L.c.status, L.c.reason).cte("written")
+            return self.counts(out)
+        self.s.execute(ins)
+        return self.counts(L, *written, L.c.attributed_at == literal(self.attributed_at, UTCDateTime()))
+
     def attribute_new(self, chunk_records: int) -> dict[tuple[str, str | None], int]:
         """Records without a lineage row, in id chunks of ``chunk_records``; counts written.
 
@@ -781,9 +794,7 @@ class _Run:
                 if not self.build_timeline([select(*_record_key(self.cluster), R.c.event_time_ns.label("t"))
                                             .where(*where)]):
                     continue
-                self.s.execute(insert(L).from_select(list(LINEAGE_COLUMNS), self.lineage_rows(*where)))
-                got = self.counts(L, L.c.record_id >= a, L.c.record_id < b,
-                                  L.c.attributed_at == literal(self.attributed_at, UTCDateTime()))
+                got = self.insert_counted(self.lineage_rows(*where), L.c.record_id >= a, L.c.record_id < b)
                 for k, n in got.items():
                     written[k] = written.get(k, 0) + n
         return written
