@@ -125,6 +125,37 @@ def test_a_pan_written_as_an_exponent_number_is_masked():
     assert parser.masker.masked == 1
 
 
+def test_a_pan_grouped_by_json_escaped_tabs_is_masked():
+    line = APP.replace('"scored"', '"card 4012\\t8888\\t8888\\t1881"')
+    parser = LineParser()
+    (out,) = parser.feed_text(line, "src", "1")
+    assert out.record.attributes["message"] == "card 401288******1881"
+    assert parser.masker.masked == 1
+
+
+# Pieces of field text that the line pre-filter must see through: identifiers that are not PANs,
+# PANs glued to them or next to them, separators (also as JSON escapes), escapes that decode to
+# hex letters or separators.
+_PAN_PIECES = ["4111111111111111", "4012 8888 8888 1881", "4012-8888-8888-1881", "5555\t5555\t5555\t4444", "4111",
+               "1a26f889-3870-4800-949e-259b5f0e1c2d", "12345678-1234-1234-1234-123456789012", "bd6851676693403612",
+               "abcdef", "ab", "cd", "x", "é", "%3D", "\b", "\f", "\n", " ", "-", "_", "0", "1111 ", "4929"]
+
+
+def test_the_line_pre_filter_passes_every_line_in_which_masking_finds_a_pan():
+    from random import Random
+
+    from collector.ingest.pan import PanMasker, may_contain_pan
+
+    rnd = Random(20251130)
+    for _ in range(20_000):
+        value = "".join(rnd.choice(_PAN_PIECES) for _ in range(rnd.randint(1, 6)))
+        line = json.dumps({"txn_id": "T-1", "k": value}, ensure_ascii=rnd.random() < 0.3)
+        masker = PanMasker()
+        masker.value(json.loads(line))
+        if masker.masked:
+            assert may_contain_pan(line), line
+
+
 # -- ledger leaves ------------------------------------------------------------------------------
 
 

@@ -33,16 +33,21 @@ _SEP_RE = re.compile(f"[{_SEP}]")
 _CANDIDATE = re.compile(rf"(?<!\d)\d(?:[{_SEP}]?\d){{12,}}(?!\d)")
 # Full-width digits (U+FF10..U+FF19) are read as ASCII digits before the search.
 _FULLWIDTH = {0xFF10 + i: ord("0") + i for i in range(10)}
+_FULLWIDTH_DIGIT = re.compile("[\uff10-\uff19]")
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}$")
 _DOTTED = re.compile(r"(?<![\d.])\d{4}(?:\.\d{4}){2,3}(?:\.\d{1,3})?(?![\d.])")
 _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+# A hex token (trace, span, container ids) with at least one letter, bounded by characters that
+# extend neither a digit run nor an alphanumeric token (see ``may_contain_pan``).
+_HEX_TOKEN = re.compile(rf"(?<![\w%{_SEP}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w{_SEP}])")
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
 _MAYBE = re.compile(rf"\d(?:[{_SEP}]?\d){{12}}")
 # Fast pre-filter for whole lines (C-speed translate + substring search instead of a regex that
 # is tried at every digit): digits become "1", spaces and dashes are deleted, then look for 13 ones.
 _DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _THIRTEEN_ONES = b"1" * 13
+_DOTTED_GROUPS = b"1111.1111.1111"  # what every _DOTTED match looks like after _DIGITS_TO_ONES
 _SEP_BYTES = b" -\t" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
 
 
@@ -56,14 +61,38 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     """
     if exponent_numbers or "\\u" in text:
         return True
-    if any(0xFF10 <= ord(c) <= 0xFF19 for c in text if ord(c) > 0xFF00):
+    if not text.isascii() and _FULLWIDTH_DIGIT.search(text):
         return True
-    if "." in text and _DOTTED.search(text):
+    if "\\t" in text:  # the JSON escape of a tab separator: "4012\t8888\t8888\t1881"
+        text = text.replace("\\t", "\t")
+    ones = text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES)
+    if _DOTTED_GROUPS in ones and _DOTTED.search(text):  # _DOTTED needs three dotted 4-digit groups
         return True
+    if not _has_digit_run(ones):
+        return False
+    # Second look without the identifiers that make most false alarms, pod UIDs and hex ids
+    # (container, trace ids): ``mask_text`` skips every run that starts or ends inside a UUID, and
+    # a run cannot contain a UUID that has a letter, so blanking those UUIDs keeps every run it
+    # would look at; a hex token with a letter, bounded on both sides by characters that can
+    # extend neither a run nor a token (not a word character, separator or ``%``), holds only
+    # runs that ``_inside_hex_token`` skips. The raw text shows a field's identifiers as decoded
+    # unless an escape turns into a hex letter (\b, \f).
+    if "\\b" in text or "\\f" in text:
+        return True
+    blanked = _HEX_TOKEN.sub("U", _UUID.sub(_blank_lettered_uuid, text) if "-" in text else text)
+    return _has_digit_run(blanked.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES))
+
+
+def _has_digit_run(ones: bytes) -> bool:
+    """13 digits in a row once every separator byte is deleted (``ones``: digits already "1")."""
     # Deleting the bytes of every separator (also the UTF-8 bytes of the no-break spaces) only
     # makes this test more permissive, never less.
-    squeezed = text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES, _SEP_BYTES)
-    return _THIRTEEN_ONES in squeezed
+    return _THIRTEEN_ONES in ones.translate(None, _SEP_BYTES)
+
+
+def _blank_lettered_uuid(m: re.Match[str]) -> str:
+    uuid = m.group()
+    return uuid if uuid.replace("-", "").isdigit() else "U"
 
 
 def luhn_ok(digits: str) -> bool:
@@ -154,7 +183,7 @@ def mask_text(text: str) -> tuple[str, int]:
         ``(masked_text, number_of_pans_masked)``; the text is returned unchanged (same object)
         when nothing was masked.
     """
-    if any(0xFF10 <= ord(c) <= 0xFF19 for c in text if ord(c) > 0xFF00):
+    if not text.isascii() and _FULLWIDTH_DIGIT.search(text):
         text = text.translate(_FULLWIDTH)
     dotted = 0
     if "." in text and _DOTTED.search(text):
