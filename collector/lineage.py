@@ -46,8 +46,9 @@ namespace/name, plus the logging container). ``lineage_select`` evaluates it wit
 its own point (``trace`` uses that). A run over many records evaluates it far fewer times: the
 answer for a key can only change where an interval bound of a row the chain may read (pod states,
 claim refs, reservations, episodes, device states of the episodes' devices, coverage) lies. So per
-key of the batch the run cuts the span ``[min t, max t]`` of its records at those bounds into
-*segments*, evaluates the rule once at each segment's start, and stores the verdict with the
+key of the batch the run cuts the batch's time span ``[min t, max t]`` (which covers the key's
+records) at those bounds into *segments*, evaluates the rule once at each segment's start, and
+stores the verdict with the
 nearest bounds the chain used on either side (``near_lo`` ≤ start, ``near_hi`` > start). Each record
 then takes its segment's verdict with one interval join; the skew test is made per record
 (``near_lo >= t - skew`` or ``near_hi <= t + precision + skew``), which equals testing every bound
