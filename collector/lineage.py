@@ -48,8 +48,8 @@ answer for a key can only change where an interval bound of a row the chain may 
 claim refs, reservations, episodes, device states of the episodes' devices, coverage) lies. So per
 key of the batch the run cuts the batch's time span ``[min t, max t]`` (which covers the key's
 records) at those bounds into *segments*, evaluates the rule once at each segment's start, and
-stores the verdict with the
-nearest bounds the chain used on either side (``near_lo`` ≤ start, ``near_hi`` > start). Each record
+stores the verdict with the nearest bounds the chain used on either side (``near_lo`` ≤ start,
+``near_hi`` > start). Each record
 then takes its segment's verdict with one interval join; the skew test is made per record
 (``near_lo >= t - skew`` or ``near_hi <= t + precision + skew``), which equals testing every bound
 because no bound lies inside a segment. Both paths share ``_verdicts``; tests hold them equal.
