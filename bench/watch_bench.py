@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from collector.kube.client import make_api_client
 from collector.kube.reflector import ReflectorSettings
 from collector.settings import Settings
-from bench.backends import for_each_backend
+from bench.backends import ServerCpu, for_each_backend
 from collector.store import migrate
 from collector.store.db import make_engine, make_session_factory
 from collector.store.models import ObjectVersion
@@ -103,6 +103,7 @@ def run(url: str, n: int) -> None:
     w2 = Watcher(cfg, sessions, make_api_client(host=srv.url), reflector_settings=SETTINGS)
     lag = w2.metrics.commit_lag
     lag_before = _histogram(lag)
+    server_cpu = ServerCpu(engine.url.database if engine.dialect.name == "postgresql" else None)
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     w2.start()
@@ -112,12 +113,14 @@ def run(url: str, n: int) -> None:
     w2.recorder.flush(60)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
+    db_cpu = server_cpu.used_s()
     with sessions() as s:
         rows = s.execute(select(func.count()).select_from(ObjectVersion)).scalar_one() - before
     lag_after = _histogram(lag)
     w2.stop()
     srv.close()
-    print(f"{engine.dialect.name:10s} {rows} events committed in {elapsed:6.2f} s (collector CPU {cpu:5.2f} s) = "
+    print(f"{engine.dialect.name:10s} {rows} events committed in {elapsed:6.2f} s (collector CPU {cpu:5.2f} s, "
+          f"database server CPU {db_cpu:5.2f} s) = "
           f"{rows / elapsed:8.0f} events/s; commit lag p50 ≤ {_quantile(lag_before, lag_after, 0.5)} s, "
           f"p99 ≤ {_quantile(lag_before, lag_after, 0.99)} s")
     migrate.downgrade(engine, "base")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
+from pydantic_core import SchemaValidator
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -62,11 +63,38 @@ def client_model(spec: KindSpec) -> type:
 def model_validator(spec: KindSpec, obj: dict[str, Any]) -> None:
     """Raise if the official client's model for ``spec`` rejects ``obj`` (e.g. a wrongly typed field).
 
-    Unknown fields are accepted (models ignore them; we store the raw object anyway). Uses the
-    model's pydantic ``model_validate`` (validation in pydantic-core, about 3× faster than the
-    generated ``from_dict``, with the same verdicts: wrong scalar types are rejected).
+    Unknown fields are accepted: the client's generated models forbid extra fields, which would
+    quarantine every object of a kind the day the API server adds a field this client version does
+    not know (a newer cluster, an alpha feature gate). We store the raw object anyway, so only the
+    fields the client knows are checked, with the client's own types (strict strings, integers,
+    timestamps). Validation does not build model instances (about 2x faster than ``model_validate``).
+
+    Raises:
+        pydantic_core.ValidationError: a known field has the wrong type or a required one is missing.
     """
-    client_model(spec).model_validate(obj)
+    _lenient_validator(spec).validate_python(obj)
+
+
+@functools.cache
+def _lenient_validator(spec: KindSpec) -> SchemaValidator:
+    return SchemaValidator(_fields_only(client_model(spec).__pydantic_core_schema__))
+
+
+def _fields_only(schema: Any) -> Any:
+    """A copy of a pydantic-core schema where every ``model`` node is replaced by its
+    ``model-fields`` schema with ``extra_behavior: ignore`` (references kept): the same field
+    checks, unknown keys ignored, plain dicts out instead of model instances."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "model":
+            fields = _fields_only(schema["schema"])
+            fields["extra_behavior"] = "ignore"
+            if "ref" in schema:
+                fields["ref"] = schema["ref"]
+            return fields
+        return {k: _fields_only(v) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_fields_only(v) for v in schema]
+    return schema
 
 
 @dataclass(frozen=True)

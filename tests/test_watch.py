@@ -313,6 +313,33 @@ def test_client_models_reject_wrong_types_for_every_kind():
             model_validator(spec, bad)
 
 
+def test_fields_unknown_to_the_client_are_accepted_for_every_kind():
+    # A newer API server (or an alpha feature gate) adds fields this client version does not know:
+    # the objects must still be recorded, not quarantined.
+    from collector.kube.discovery import watched_kinds
+    from collector.watcher import model_validator
+
+    samples = {"DeviceClass": device_class(), "ResourceSlice": gpu_slice("gpu-node-a", [("gpu-0", "GPU-1")]),
+               "ResourceClaim": claim("c"), "Pod": pod("p")}
+    for spec in watched_kinds("v1"):
+        obj = samples[spec.kind]
+        obj["metadata"]["futureMetadataField"] = {"x": 1}
+        obj["spec"]["futureSpecField"] = ["a"]
+        model_validator(spec, {**obj, "futureTopLevel": True})
+
+
+def test_an_object_with_new_api_fields_is_recorded_through_the_watch(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    newer = gpu_slice("gpu-node-n", [("gpu-0", "GPU-newer")])
+    newer["spec"]["devices"][0]["bindingConditions"] = ["dra.example.com/is-prepared"]  # not in this client
+    newer["spec"]["perDeviceNodeSelection"] = False
+    newer["spec"]["futureField"] = {"enabled": True}
+    srv.apply(newer)
+    wait_until(lambda: len(versions(sessions, "ResourceSlice")) == 1, what="the newer slice recorded")
+    assert quarantined(sessions) == []
+
+
 @pytest.mark.parametrize("line", [
     b'{"type":"ADDED","object":{"metadata":{"name":"caf\xc3\xa9","resourceVersion":"7"}}}',
     b'{"type":"ADDED","object":{"spec":{"n":123456789012345678901234567890}}}',  # beyond 64 bits
