@@ -160,7 +160,7 @@ def build_records(session: Session, n_records: int, nodes: int, pod_lifetime_s: 
     gpus = nodes * GPUS_PER_NODE
     step_ns = DAY_S * S // n_records
     if session.get_bind().dialect.name == "postgresql":
-        counter = select(func.generate_series(literal(0, BigInteger), n_records - 1).label("i")).subquery("counter")
+        counter = select(func.generate_series(0, n_records - 1, type_=BigInteger).label("i")).subquery("counter")
     else:
         counter = select(literal(0, BigInteger).label("i")).cte("counter", recursive=True)
         counter = counter.union_all(select(counter.c.i + 1).where(counter.c.i + 1 < n_records))
