@@ -263,3 +263,43 @@ def test_cli_reads_an_otlp_json_document_file_as_a_whole(database_url, engine, t
     assert out.returncode == 0, out.stderr
     counts = _json.loads(out.stdout)
     assert counts["read"] == expected and counts["stored"] + counts["quarantined"] == expected and counts["stored"] > 0
+
+
+def test_reingesting_a_file_quarantines_each_line_once_and_still_counts_it(sessions, database_url, tmp_path):
+    path = tmp_path / "mixed.log"
+    good = (DATA / "spring_ecs_34_flat.jsonl").read_bytes().splitlines()[0]
+    path.write_bytes(b"not json\n" + good + b"\n" + b'{"txn_id":"T-1"}\n')
+    settings = settings_for(database_url)
+    first = ingest_paths(sessions, settings, [path])
+    again = ingest_paths(sessions, settings, [path])
+    assert (first.stored, first.quarantined) == (1, 2)
+    assert again.as_dict() == {"read": 3, "stored": 0, "duplicates": 1, "conflicts": 0, "quarantined": 2, "pan_masked": 0}
+    assert again.reconciles
+    copy = tmp_path / "copy.log"  # the same lines from another source are that source's quarantine
+    shutil.copy(path, copy)
+    ingest_paths(sessions, settings, [copy])
+    with sessions() as s:
+        rows = s.execute(select(Quarantine.source, Quarantine.position).order_by(Quarantine.id)).all()
+        verdict = ledger.verify(s)
+    assert [tuple(r) for r in rows] == [(str(path), "1"), (str(path), "3"), (str(copy), "1"), (str(copy), "3")]
+    assert verdict.ok, verdict.first_break
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_cli_exits_1_when_lines_were_read_but_none_stored(database_url, tmp_path, output):
+    runner = _migrated(database_url)
+    bad = tmp_path / "bad.log"
+    bad.write_text("plain text\n{\"no\":\"transaction id\"}\n")
+    result = runner.invoke(cli, ["ingest", str(bad), "--database-url", database_url, "--output", output])
+    assert result.exit_code == 1
+    assert "none of the 2 lines read could be stored" in result.stderr
+    if output == "json":
+        assert json.loads(result.stdout)["quarantined"] == 2
+    # Lines already stored by an earlier run are accepted input: exit 0.
+    good = tmp_path / "good.log"
+    shutil.copy(DATA / "gelf.jsonl", good)
+    assert runner.invoke(cli, ["ingest", str(good), "--database-url", database_url]).exit_code == 0
+    assert runner.invoke(cli, ["ingest", str(good), "--database-url", database_url]).exit_code == 0
+    empty = tmp_path / "empty.log"
+    empty.write_text("\n")
+    assert runner.invoke(cli, ["ingest", str(empty), "--database-url", database_url]).exit_code == 0

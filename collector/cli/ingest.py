@@ -37,7 +37,12 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
                default_tz: str | None, database_url: str | None, output: str) -> None:
     """Read inference log lines (Spring ECS/logstash/GELF in CRI, Fluent Bit, Vector, Filebeat or
     OTLP envelopes; plain or .gz; - for stdin), store one record per transaction, quarantine the
-    rest with a reason, mask card numbers, and print the counts."""
+    rest with a reason, mask card numbers, and print the counts.
+
+    Exit status: 0 when at least one line was stored or found already stored (or the input had no
+    lines); 1 when lines were read but every one was quarantined (the counts are still printed;
+    the reasons say what to fix: --format, --aliases, --default-tz).
+    """
     from collector.ingest.aliases import AliasTable
     from collector.ingest.pipeline import IngestRun, open_input
     from collector.ingest.timestamps import zone
@@ -66,6 +71,16 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     else:
         for line in _summary_lines(counts):
             click.echo(line)
+    if nothing_accepted(counts):
+        click.echo(f"draudit: error: none of the {counts.read} lines read could be stored, all were quarantined; "
+                   "see the reasons (draudit ingest without --output json lists them) and fix the input or "
+                   "use --format, --aliases or --default-tz", err=True)
+        sys.exit(1)
+
+
+def nothing_accepted(counts) -> bool:
+    """Lines were read but none was stored or recognised as already stored (exit status 1)."""
+    return counts.read > 0 and counts.stored + counts.duplicates == 0
 
 
 def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:

@@ -9,7 +9,7 @@ without ``\\n``); the PAN counter is a sum. So a worker's chunk is used only whe
 parser holds no partial line at the chunk's start and the worker holds none at its end;
 otherwise the run re-parses that chunk itself, in order (``IngestRun.ingest_stream``).
 
-Records cross the process boundary as their column values (``PreparedRecord``): already masked,
+Records cross the process boundary as ``record.PreparedRecord`` (column values): already masked,
 with the dedup key computed — nothing unmasked leaves the worker, and nothing here touches disk.
 Workers are forked (POSIX ``fork`` start method): ``forkserver``/``spawn`` would re-run the
 caller's ``__main__`` in every worker, which a script without an ``if __name__ == "__main__"``
@@ -46,21 +46,6 @@ def default_workers() -> int:
 
 
 @dataclass(slots=True)
-class PreparedRecord:
-    """A parsed record as ``inference_records`` column values (``CanonicalRecord.row``), minus
-    the two the writer sets per batch."""
-
-    values: dict[str, Any]
-
-    def row(self, received_ns: int, run_id: str | None) -> dict[str, Any]:
-        """Column → value mapping, like ``CanonicalRecord.row``."""
-        row = dict(self.values)
-        row["received_ns"] = received_ns
-        row["run_id"] = run_id
-        return row
-
-
-@dataclass(slots=True)
 class ParsedChunk:
     """A worker's result: one outcome per unit, PANs masked, and whether a partial line was left open."""
 
@@ -87,7 +72,7 @@ def parse_chunk(source: str, lines: list[Line]) -> ParsedChunk:
     for n, data, total in lines:
         for o in parser.feed_bytes(data, source, str(n), total):
             if o.record is not None:
-                o.record = PreparedRecord(o.record.row(0, None))
+                o.record = o.record.prepared()
             outcomes.append(o)
     open_partial = parser.has_pending_partials
     parser.drop_pending_partials()

@@ -12,12 +12,15 @@ the same transaction delivered twice, or by two shippers, is stored once.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.store.canonical import content_hash
+import orjson
+
+from collector.store.canonical import canonical_json, content_hash
 
 SOURCE_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "otlp", "json")
 
@@ -28,6 +31,15 @@ COLUMN_LIMITS = {
 }
 
 _HEX = re.compile(r"^[0-9a-f]+$")
+
+POSITION_CHARS = 64  # inference_records.position / quarantine.position width; longer positions are cut
+# inference_records columns a parsed record fills (the writer adds received_ns, run_id, conflict).
+PREPARED_COLUMNS = (
+    "transaction_id", "event_time_ns", "event_time_precision_ns", "cluster", "pod_uid", "pod_uid_source",
+    "pod_namespace", "pod_name", "container_name", "node_name", "model_name", "model_version", "decision",
+    "latency_ms", "trace_id", "span_id", "source_format", "envelope", "source", "position", "raw_sha256",
+    "dedup_key", "attributes",
+)
 
 
 def _hex_id(value: Any, name: str, hex_len: int, pad_from: int | None = None) -> str | None:
@@ -148,3 +160,69 @@ class CanonicalRecord:
             "position": self.position, "raw_sha256": self.raw_sha256, "dedup_key": self.dedup_key(),
             "attributes": self.attributes or None, "run_id": run_id,
         }
+
+    def prepared(self) -> "PreparedRecord":
+        """The record's ``PREPARED_COLUMNS`` values with the attributes as JSON text."""
+        text, exact = attributes_json(self.attributes)
+        return PreparedRecord((
+            self.transaction_id, self.event_time_ns, self.event_time_precision_ns, self.cluster, self.pod_uid,
+            self.pod_uid_source, self.pod_namespace, self.pod_name, self.container_name, self.node_name,
+            self.model_name, self.model_version, self.decision, self.latency_ms, self.trace_id, self.span_id,
+            self.source_format, self.envelope, self.source, self.position and self.position[:POSITION_CHARS],
+            self.raw_sha256, self.dedup_key(), text,
+        ), exact)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (what orjson writes for them)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def attributes_json(attributes: dict[str, Any] | None) -> tuple[str, bool]:
+    """The ``attributes`` column's JSON text (keys sorted; ``null`` when empty) and whether it is
+    exactly what the ledger's leaf encoding gives for the value read back (``ledger.leaf_hash``).
+
+    Integers beyond 64 bits (which orjson refuses) take the canonical encoder's fallback; their
+    text is not the leaf encoding (``exact`` False: the writer hashes the decoded value instead).
+    """
+    if not attributes:
+        return "null", True
+    try:
+        return orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode("utf-8"), True
+    except orjson.JSONEncodeError:
+        return canonical_json(_finite(attributes)).decode("utf-8"), False
+
+
+class PreparedRecord:
+    """A record as ``PREPARED_COLUMNS`` values with ``attributes`` as JSON text: what the writer
+    needs, and cheap to pickle (parse workers send these). Already PAN-masked, like its record.
+
+    ``exact_json``: see ``attributes_json``.
+    """
+
+    __slots__ = ("values", "exact_json")
+
+    def __init__(self, values: tuple[Any, ...], exact_json: bool = True) -> None:
+        self.values = values
+        self.exact_json = exact_json
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return PreparedRecord, (self.values, self.exact_json)
+
+    def prepared(self) -> "PreparedRecord":
+        """Itself (the writer accepts ``CanonicalRecord`` and ``PreparedRecord`` alike)."""
+        return self
+
+    def row(self, received_ns: int, run_id: str | None) -> dict[str, Any]:
+        """Column → value mapping, like ``CanonicalRecord.row`` (attributes decoded)."""
+        row = dict(zip(PREPARED_COLUMNS, self.values))
+        row["attributes"] = orjson.loads(row["attributes"]) if self.exact_json else json.loads(row["attributes"])
+        row["received_ns"] = received_ns
+        row["run_id"] = run_id
+        return row

@@ -4,15 +4,18 @@ One call writes one batch inside the caller's transaction, in three set-based st
 
 1. look up the batch's transaction ids once (``WHERE transaction_id IN …``) to learn which
    dedup keys exist and which transactions are already known;
-2. ``INSERT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key`` for the new rows; a
-   row that loses a race with a concurrent writer is simply not returned and counts as a
-   duplicate. The rows go straight to the driver with the values already bound the way
-   SQLAlchemy's types would bind them (the per-row Core machinery, and psycopg parsing a
-   2 000-row VALUES statement, cost more than the database's own work): PostgreSQL COPYs the
-   batch into a TEMP staging table and inserts from there, SQLite runs a cached multi-row
-   ``VALUES`` statement of ``SQLITE_ROWS_PER_STATEMENT`` rows;
-3. ``INSERT … RETURNING id`` for quarantine rows, then one ledger entry per inserted row of both
-   tables (``collector.store.ledger.append``), in the same transaction.
+2. insert the new rows straight through the driver, with the values already bound the way
+   SQLAlchemy's types would bind them (records arrive as ``record.PreparedRecord``: column values
+   with the attributes as JSON text): PostgreSQL COPYs the batch into a TEMP staging table and
+   runs ``INSERT … SELECT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key``; SQLite
+   runs one prepared ``INSERT … ON CONFLICT DO NOTHING`` per row (``executemany``) and reads the
+   new ids back by range — the transaction holds SQLite's write lock from ``BEGIN IMMEDIATE``, so
+   every row above the previous largest id is one of ours. A row that loses a race with a
+   concurrent writer (PostgreSQL) is not returned and counts as a duplicate;
+3. quarantine rows with ``ON CONFLICT (content_key) DO NOTHING``: the same line of the same
+   source, quarantined before, is not stored twice (it still counts as quarantined in the run);
+   then one ledger entry per inserted row of both tables (``collector.store.ledger.append``), in
+   the same transaction.
 
 A record whose transaction id is already stored (or earlier in the batch) with *different*
 content is stored with ``conflict = true``: never overwritten, never dropped.
@@ -23,92 +26,65 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
-from operator import itemgetter
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
-from sqlalchemy import bindparam, insert, select
+import orjson
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from collector.ingest.parser import Outcome
+from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord
 from collector.store import ledger
 from collector.store.bulk import pg_copy_insert
+from collector.store.canonical import content_hash
 from collector.store.models import InferenceRecord, Quarantine
 
 INFERENCE = InferenceRecord.__table__
 QUARANTINE = Quarantine.__table__
 LOOKUP_CHUNK = 1000  # transaction ids per IN (...) query
-POSITION_CHARS = 64  # quarantine.position / inference_records.position width
-# Rows per multi-row INSERT on SQLite: 500 rows x 26 columns stays under SQLite's 32 766 host
-# parameters, and the statement text repeats, so sqlite3's statement cache prepares it once.
-SQLITE_ROWS_PER_STATEMENT = 500
-# inference_records columns written by the ingest (every column but the generated ``id``).
-RECORD_COLUMNS = tuple(c.name for c in INFERENCE.columns if c.name != "id")
+# inference_records columns in the order the writer binds them: the parsed values, then its own.
+INSERT_COLUMNS = PREPARED_COLUMNS + ("received_ns", "run_id", "conflict")
+_TXN = PREPARED_COLUMNS.index("transaction_id")
+_KEY = PREPARED_COLUMNS.index("dedup_key")
+_ATTRS = PREPARED_COLUMNS.index("attributes")
+_SQLITE_INSERT = (f"INSERT INTO inference_records ({', '.join(INSERT_COLUMNS)}) "
+                  f"VALUES ({', '.join('?' for _ in INSERT_COLUMNS)}) ON CONFLICT (dedup_key) DO NOTHING")
 
 
 @dataclass
 class BatchResult:
-    """What one batch did: rows stored (of which ``conflicts`` flagged), duplicates, quarantined."""
+    """What one batch did: rows stored (of which ``conflicts`` flagged), duplicates, quarantined
+    (of which ``requarantined`` were already in quarantine from an earlier run)."""
 
     stored: int = 0
     duplicates: int = 0
     conflicts: int = 0
     quarantined: int = 0
+    requarantined: int = 0
 
 
-def _insert_records_stmt(dialect: str):
-    ins = pg_insert(INFERENCE) if dialect == "postgresql" else sqlite_insert(INFERENCE)
-    return ins.on_conflict_do_nothing(index_elements=["dedup_key"]).returning(INFERENCE.c.id, INFERENCE.c.dedup_key)
+def quarantine_content_key(stage: str, source: str, position: str | None, raw_sha256: str) -> str:
+    """``quarantine.content_key``: SHA-256 of the canonical JSON of the four values, as stored."""
+    return content_hash([stage, source, position, raw_sha256])
 
 
-def _pg_insert_records(session: Session, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> list[tuple[int, str]]:
-    """COPY through a TEMP staging table with the real column types (an over-long value fails as a
-    plain INSERT would), then one ``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING``."""
-    return pg_copy_insert(session, "inference_records", columns, rows, ("dedup_key",), ("id", "dedup_key"))
-
-
-@lru_cache(maxsize=64)
-def _sqlite_values_sql(n_rows: int) -> str:
-    one = "(" + ", ".join("?" for _ in RECORD_COLUMNS) + ")"
-    return (f"INSERT INTO inference_records ({', '.join(RECORD_COLUMNS)}) VALUES {', '.join([one] * n_rows)} "
-            "ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key")
-
-
-def _json_text(dialect: Any) -> Any:
-    """The text the ``attributes`` JSON column stores for a value, as SQLAlchemy's JSON type writes it
-    (the engine's serializer; ``None`` is the JSON ``null``, the type's ``none_as_null=False``)."""
-    dumps = getattr(dialect, "_json_serializer", None) or json.dumps
-    return lambda value: "null" if value is None else dumps(value)
-
-
-def _insert_records(session: Session, rows: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    """Insert ``rows`` (dicts with every ``RECORD_COLUMNS`` key); ``(id, dedup_key)`` of those inserted."""
+def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+    """Insert rows (tuples in ``INSERT_COLUMNS`` order); ``(id, dedup_key)`` of those inserted."""
     conn = session.connection()
-    dialect = conn.dialect
-    if dialect.name not in ("postgresql", "sqlite"):
-        return [tuple(r) for r in session.execute(_insert_records_stmt(dialect.name), rows).all()]
-    attrs = _json_text(dialect)
-    get = itemgetter(*RECORD_COLUMNS)
-    a = RECORD_COLUMNS.index("attributes")
-    if dialect.name == "postgresql":
-        def bound() -> Iterator[tuple[Any, ...]]:
-            for r in rows:
-                values = list(get(r))
-                values[a] = attrs(values[a])
-                yield values
-
-        return _pg_insert_records(session, RECORD_COLUMNS, bound())
-    out: list[tuple[int, str]] = []
-    for i in range(0, len(rows), SQLITE_ROWS_PER_STATEMENT):
-        chunk = rows[i:i + SQLITE_ROWS_PER_STATEMENT]
-        params: list[Any] = []
-        for r in chunk:
-            values = list(get(r))
-            values[a] = attrs(values[a])
-            params += values
-        out += [tuple(r) for r in conn.exec_driver_sql(_sqlite_values_sql(len(chunk)), tuple(params)).all()]
+    if conn.dialect.name == "postgresql":
+        return pg_copy_insert(session, "inference_records", INSERT_COLUMNS, params, ("dedup_key",), ("id", "dedup_key"))
+    before = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM inference_records").scalar_one()
+    cur = conn.connection.driver_connection.cursor()
+    try:
+        cur.executemany(_SQLITE_INSERT, params)
+        inserted = cur.rowcount
+        out = cur.execute("SELECT id, dedup_key FROM inference_records WHERE id > ? ORDER BY id", (before,)).fetchall()
+    finally:
+        cur.close()
+    if len(out) != inserted:  # another writer inside our transaction: impossible under BEGIN IMMEDIATE
+        raise RuntimeError(f"inference_records: {inserted} rows inserted but {len(out)} found above id {before}")
     return out
 
 
@@ -132,7 +108,8 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
 
     Args:
         session: an open session; its transaction receives every row and ledger entry.
-        outcomes: parser outcomes, each a record or a rejection.
+        outcomes: parser outcomes, each a record (``CanonicalRecord`` or ``PreparedRecord``) or a
+            rejection.
         run_id: stored in every row (one id per CLI run or HTTP request).
         received_ns: our receive time, integer ns UTC (``inference_records.received_ns``).
         received_at: the same instant as an aware datetime (``quarantine.received_at``).
@@ -142,53 +119,72 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
     """
     result = BatchResult()
     received_at = received_at or datetime.fromtimestamp(received_ns / 1e9, tz=timezone.utc)
-    rows: list[dict[str, Any]] = []
+    records: list[PreparedRecord] = []
     quarantine_rows: list[dict[str, Any]] = []
     for o in outcomes:
         if o.record is not None:
-            row = o.record.row(received_ns, run_id)
-            if row["position"] is not None:
-                row["position"] = row["position"][:POSITION_CHARS]
-            rows.append(row)
+            records.append(o.record.prepared())
         else:
-            quarantine_rows.append({
-                "stage": "ingest", "source": o.source, "position": (o.position or None) and o.position[:POSITION_CHARS],
-                "reason": o.reason or "unknown", "raw_text": o.raw_text or "", "raw_sha256": o.raw_sha256 or "",
-                "received_at": received_at, "run_id": run_id,
-            })
-
-    inserted: list[dict[str, Any]] = []
-    if rows:
-        existing_keys, existing_txns = _known(session, sorted({r["transaction_id"] for r in rows}))
-        batch_keys: set[str] = set()
-        batch_txn_key: dict[str, str] = {}
-        fresh: list[dict[str, Any]] = []
-        for row in rows:
-            key, txn = row["dedup_key"], row["transaction_id"]
-            if key in existing_keys or key in batch_keys:
-                result.duplicates += 1
-                continue
-            batch_keys.add(key)
-            row["conflict"] = txn in existing_txns or (txn in batch_txn_key and batch_txn_key[txn] != key)
-            batch_txn_key.setdefault(txn, key)
-            fresh.append(row)
-        if fresh:
-            by_key = {r["dedup_key"]: r for r in fresh}
-            for rid, key in _insert_records(session, fresh):
-                row = by_key.pop(key)
-                row["id"] = rid
-                inserted.append(row)
-            result.duplicates += len(by_key)  # lost a race with a concurrent writer
-        result.stored = len(inserted)
-        result.conflicts = sum(1 for r in inserted if r["conflict"])
-        inserted.sort(key=lambda r: r["id"])
-        ledger.append(session, "inference_records", inserted)
-
+            quarantine_rows.append(_quarantine_row(o, run_id, received_at))
+    if records:
+        _write_records(session, records, run_id, received_ns, result)
     if quarantine_rows:
-        ids = session.execute(insert(QUARANTINE).returning(QUARANTINE.c.id, sort_by_parameter_order=True),
-                              quarantine_rows).scalars().all()
-        for row, qid in zip(quarantine_rows, ids):
-            row["id"] = qid
-        ledger.append(session, "quarantine", quarantine_rows)
-        result.quarantined = len(quarantine_rows)
+        _write_quarantine(session, quarantine_rows, result)
     return result
+
+
+def _write_records(session: Session, records: list[PreparedRecord], run_id: str | None, received_ns: int,
+                   result: BatchResult) -> None:
+    existing_keys, existing_txns = _known(session, sorted({r.values[_TXN] for r in records}))
+    batch_keys: set[str] = set()
+    batch_txn_key: dict[str, str] = {}
+    fresh: dict[str, tuple[PreparedRecord, tuple[Any, ...]]] = {}
+    for rec in records:
+        values = rec.values
+        key, txn = values[_KEY], values[_TXN]
+        if key in existing_keys or key in batch_keys:
+            result.duplicates += 1
+            continue
+        batch_keys.add(key)
+        conflict = txn in existing_txns or (txn in batch_txn_key and batch_txn_key[txn] != key)
+        batch_txn_key.setdefault(txn, key)
+        fresh[key] = (rec, values + (received_ns, run_id, conflict))
+    if not fresh:
+        return
+    inserted: list[dict[str, Any]] = []
+    for rid, key in sorted(_insert_records(session, [p for _, p in fresh.values()])):
+        rec, params = fresh.pop(key)
+        row = dict(zip(INSERT_COLUMNS, params))
+        text = params[_ATTRS]
+        row["attributes"] = orjson.Fragment(text) if rec.exact_json else json.loads(text)
+        row["id"] = rid
+        inserted.append(row)
+    result.duplicates += len(fresh)  # lost a race with a concurrent writer
+    result.stored = len(inserted)
+    result.conflicts = sum(1 for r in inserted if r["conflict"])
+    ledger.append(session, "inference_records", inserted)
+
+
+def _quarantine_row(o: Outcome, run_id: str | None, received_at: datetime) -> dict[str, Any]:
+    position = (o.position or None) and o.position[:POSITION_CHARS]
+    raw_sha256 = o.raw_sha256 or ""
+    return {"stage": "ingest", "source": o.source, "position": position, "reason": o.reason or "unknown",
+            "raw_text": o.raw_text or "", "raw_sha256": raw_sha256, "received_at": received_at, "run_id": run_id,
+            "content_key": quarantine_content_key("ingest", o.source, position, raw_sha256)}
+
+
+def _write_quarantine(session: Session, rows: list[dict[str, Any]], result: BatchResult) -> None:
+    dialect = session.connection().dialect.name
+    ins = pg_insert(QUARANTINE) if dialect == "postgresql" else sqlite_insert(QUARANTINE)
+    stmt = ins.on_conflict_do_nothing(index_elements=["content_key"]).returning(QUARANTINE.c.id, QUARANTINE.c.content_key)
+    ids = dict((key, qid) for qid, key in session.execute(stmt, rows).all())
+    stored = []
+    for row in rows:
+        qid = ids.pop(row["content_key"], None)
+        if qid is not None:
+            row["id"] = qid
+            stored.append(row)
+    stored.sort(key=lambda r: r["id"])
+    ledger.append(session, "quarantine", stored)
+    result.quarantined = len(rows)
+    result.requarantined = len(rows) - len(stored)

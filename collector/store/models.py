@@ -163,10 +163,13 @@ class Quarantine(Base):
     ``stage`` is ``watch`` (a watch-stream line or object) or ``ingest`` (a log line). ``source``
     names the input (``watch:ResourceClaim``, a file path, ``http:<request id>``); ``position`` the
     place in it (line number, byte offset). ``raw_text`` is PAN-masked before it is stored.
+    ``content_key`` (ingest rows) is the SHA-256 of stage, source, position and ``raw_sha256``:
+    re-reading the same input quarantines each line once (NULL: not deduplicated).
     """
 
     __tablename__ = "quarantine"
-    __table_args__ = (Index("ix_quarantine_stage", "stage", "received_at"),)
+    __table_args__ = (Index("ix_quarantine_stage", "stage", "received_at"),
+                      UniqueConstraint("content_key", name="uq_quarantine_content"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     stage: Mapped[str] = mapped_column(String(16))
@@ -177,6 +180,7 @@ class Quarantine(Base):
     raw_sha256: Mapped[str] = mapped_column(String(64))
     received_at: Mapped[datetime] = mapped_column(UTCDateTime)
     run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    content_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 # --------------------------------------------------------------------------------------------

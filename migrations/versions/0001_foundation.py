@@ -2,7 +2,7 @@
 
 Revision ID: 0001_foundation
 Revises: 
-Create Date: 2026-11-29 23:50:27.979408
+Create Date: 2026-11-30 00:03:22.848143
 """
 from typing import Sequence, Union
 
@@ -233,7 +233,9 @@ def upgrade() -> None:
     sa.Column('raw_sha256', sa.String(length=64), nullable=False),
     sa.Column('received_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
     sa.Column('run_id', sa.String(length=64), nullable=True),
-    sa.PrimaryKeyConstraint('id')
+    sa.Column('content_key', sa.String(length=64), nullable=True),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('content_key', name='uq_quarantine_content')
     )
     with op.batch_alter_table('quarantine', schema=None) as batch_op:
         batch_op.create_index('ix_quarantine_stage', ['stage', 'received_at'], unique=False)
