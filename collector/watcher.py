@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import kubernetes
 from pydantic_core import SchemaValidator
@@ -73,6 +73,12 @@ def model_validator(spec: KindSpec, obj: dict[str, Any]) -> None:
         pydantic_core.ValidationError: a known field has the wrong type or a required one is missing.
     """
     _lenient_validator(spec).validate_python(obj)
+
+
+def kind_validator(spec: KindSpec) -> Callable[[dict[str, Any]], Any]:
+    """``model_validator`` bound to one kind (what each reflector calls per object, without a
+    cache lookup per call)."""
+    return _lenient_validator(spec).validate_python
 
 
 @functools.cache
@@ -170,7 +176,7 @@ class Watcher:
             self.reflectors = [
                 Reflector(spec, self.api, self.recorder, self.reflector_settings,
                           keep=pod_references_claims if spec.kind == "Pod" else None,
-                          validate=model_validator, metrics=self.metrics)
+                          validate=kind_validator(spec), metrics=self.metrics)
                 for spec in self.kinds
             ]
             for r in self.reflectors:

@@ -416,12 +416,15 @@ def _get(row: Any, name: str) -> Any:
 
 
 def _as_version(row: Any) -> _Version:
-    observed_at = _get(row, "observed_at")
+    if type(row) is dict:  # the recorder's rows: one bound method for every field
+        get = row.get
+    else:
+        def get(name: str, _row: Any = row) -> Any:
+            return _get(_row, name)
     return _Version(
-        id=int(_get(row, "id")), cluster=_get(row, "cluster"), kind=_get(row, "kind"),
-        namespace=_get(row, "namespace"), name=_get(row, "name"), uid=_get(row, "uid"),
-        resource_version=str(_get(row, "resource_version")), deleted=_get(row, "event_type") in DELETE_EVENTS,
-        observed_ns=dt_to_ns(observed_at), raw=_get(row, "raw"), api_version=_get(row, "api_version") or "",
+        id=int(get("id")), cluster=get("cluster"), kind=get("kind"), namespace=get("namespace"), name=get("name"),
+        uid=get("uid"), resource_version=str(get("resource_version")), deleted=get("event_type") in DELETE_EVENTS,
+        observed_ns=dt_to_ns(get("observed_at")), raw=get("raw"), api_version=get("api_version") or "",
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 import orjson
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session, sessionmaker
@@ -308,15 +308,14 @@ class Recorder:
         return s.get(WatchState, (self.cluster, kind))
 
     def _store_resume_point(self, s: Session, kind: str, rv: str) -> None:
-        st = self._state(s, kind)
         now = datetime.now(timezone.utc)
-        if st is None:
+        # One UPDATE round trip (ORM-enabled, so a WatchState already loaded in this session follows).
+        moved = s.execute(update(WatchState).where(WatchState.cluster == self.cluster, WatchState.kind == kind)
+                          .values(resource_version=rv, updated_at=now)).rowcount
+        if not moved:
             s.add(WatchState(cluster=self.cluster, kind=kind, api_version="", resource_version=rv, synced=False,
                              state="unknown", state_since_ns=now_ns(), updated_at=now))
-        else:
-            st.resource_version = rv
-            st.updated_at = now
-        s.flush()
+            s.flush()
 
     def _mark_synced(self, s: Session, spec: KindSpec, at_ns: int, rv: str | None) -> None:
         st = self._ensure_state(s, spec, at_ns)

@@ -162,7 +162,8 @@ class Reflector:
         settings: time bounds and batch size.
         keep: predicate on a raw object; objects it rejects are not recorded (used for Pods: only
             pods that reference ResourceClaims are kept) but still advance the resume point.
-        validate: checks that the client's model parses an object; raises on a type mismatch.
+        validate: checks that the client's model parses an object of this kind (``validate(obj)``);
+            raises on a type mismatch.
         metrics: optional ``collector.metrics.WatchMetrics``.
         field_selector: optional server-side filter (e.g. ``spec.driver=gpu.nvidia.com`` for
             ResourceSlices). Objects leaving the selection arrive as DELETED (watch-semantics §5.2).
@@ -170,7 +171,7 @@ class Reflector:
 
     def __init__(self, spec: KindSpec, api_client: kubernetes.client.ApiClient, sink: Sink,
                  settings: ReflectorSettings | None = None, *, keep: Callable[[dict], bool] | None = None,
-                 validate: Callable[[KindSpec, dict], None] | None = None, metrics: Any = None,
+                 validate: Callable[[dict], None] | None = None, metrics: Any = None,
                  field_selector: str | None = None) -> None:
         self.spec = spec
         self.field_selector = field_selector
@@ -410,7 +411,7 @@ class Reflector:
         if self.validate is None:
             return True
         try:
-            self.validate(self.spec, obj)
+            self.validate(obj)
             return True
         except Exception as exc:  # noqa: BLE001 - any model rejection is a reason to quarantine
             first = str(exc).strip().splitlines()

@@ -54,17 +54,13 @@ def _normalise(value: Any) -> Any:
 
 
 def _utc_text(value: datetime) -> str:
-    if value.tzinfo is timezone.utc:
-        return _utc_text_cached(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@lru_cache(maxsize=1024)
-def _utc_text_cached(value: datetime) -> str:
-    # Only for tzinfo=UTC values (equal means the same instant); a batch's rows usually share one.
-    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (naive values are taken as UTC)."""
+    if value.tzinfo is not timezone.utc:
+        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    if value.year < 1000:  # strftime does not pad the year here: keep the historical bytes
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat with fixed microseconds is several times faster than strftime; "+00:00" → "Z".
+    return value.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def row_content(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
