@@ -303,3 +303,14 @@ def test_cli_exits_1_when_lines_were_read_but_none_stored(database_url, tmp_path
     empty = tmp_path / "empty.log"
     empty.write_text("\n")
     assert runner.invoke(cli, ["ingest", str(empty), "--database-url", database_url]).exit_code == 0
+
+
+def test_an_integer_beyond_64_bits_is_stored_as_given_and_the_ledger_verifies(sessions, database_url, tmp_path):
+    path = tmp_path / "big.log"
+    path.write_text('{"@timestamp":"2025-03-04T10:15:00Z","txn_id":"T-9","order":123456789012345678901234567890}\n')
+    assert ingest_paths(sessions, settings_for(database_url), [path]).stored == 1
+    with sessions() as s:
+        (attributes,) = s.execute(select(InferenceRecord.attributes)).one()
+        verdict = ledger.verify(s)
+    assert attributes == {"order": 123456789012345678901234567890}
+    assert verdict.ok, verdict.first_break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sys
 
 import click
@@ -118,13 +119,11 @@ def _otlp_document(stream, max_bytes: int):
     stream of the bytes already read (or ``None`` when nothing was read), so that line-by-line
     ingestion goes on unchanged.
     """
-    import io
-
     from collector.ingest.jsondoc import JsonRejected, decode
 
     head = stream.read(1)
     if head != b"{":
-        return io.BufferedReader(io.BytesIO(head + stream.read())) if head else None
+        return io.BufferedReader(_Prefixed(head, stream), 1 << 20) if head else None
     data = head + stream.read(max_bytes)
     if b"resourceLogs" in data[:4096]:
         try:
@@ -133,4 +132,27 @@ def _otlp_document(stream, max_bytes: int):
                 return decoded.value
         except (UnicodeDecodeError, JsonRejected):
             pass
-    return io.BufferedReader(io.BytesIO(data + stream.read()))
+    return io.BufferedReader(_Prefixed(data, stream), 1 << 20)
+
+
+class _Prefixed(io.RawIOBase):
+    """``prefix`` (bytes already read from ``rest``) followed by the rest of the stream, read as
+    needed: a large input is never held in memory as a whole."""
+
+    def __init__(self, prefix: bytes, rest) -> None:
+        super().__init__()
+        self._prefix = memoryview(prefix)
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._prefix:
+            n = min(len(buffer), len(self._prefix))
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
