@@ -340,6 +340,22 @@ def test_an_object_with_new_api_fields_is_recorded_through_the_watch(srv, sessio
     assert quarantined(sessions) == []
 
 
+def test_integers_beyond_64_bits_in_opaque_driver_data_are_stored_exactly(srv, sessions, watcher_factory):
+    # AllocatedDeviceStatus.data is arbitrary driver JSON: nothing bounds its integers.
+    w = watcher_factory()
+    _synced(w)
+    big = 123456789012345678901234567890
+    c = claim("opaque")
+    c["status"] = {"devices": [{"driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-0",
+                                "data": {"serial": big, "temperature": 41.5}}]}
+    srv.apply(c)
+    wait_until(lambda: len(versions(sessions, "ResourceClaim", "opaque")) == 1, what="the claim recorded")
+    with sessions() as s:
+        raw = s.execute(select(ObjectVersion.raw).where(ObjectVersion.name == "opaque")).scalar_one()
+        assert raw["status"]["devices"][0]["data"] == {"serial": big, "temperature": 41.5}
+        assert ledger.verify(s).ok
+
+
 @pytest.mark.parametrize("line", [
     b'{"type":"ADDED","object":{"metadata":{"name":"caf\xc3\xa9","resourceVersion":"7"}}}',
     b'{"type":"ADDED","object":{"spec":{"n":123456789012345678901234567890}}}',  # beyond 64 bits

@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from sqlalchemy import func, insert, select, update
-import orjson
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,7 +29,7 @@ from collector.kube.projections import apply_versions
 from collector.kube.reflector import KnownObject, ObservedEvent
 from collector.store import ledger
 from collector.store.bulk import pg_copy_insert
-from collector.store.canonical import content_hash, sha256_hex
+from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import CoverageInterval, ObjectVersion, Quarantine, WatchState
 from collector.timeutil import dt_to_ns, ns_to_dt, now_ns
 
@@ -259,23 +258,26 @@ class Recorder:
     def _insert_versions(self, s: Session, spec: KindSpec, events: list[ObservedEvent]) -> list[dict]:
         """Insert the versions (replays absorbed); returns the rows actually inserted, with ids."""
         rows = []
+        raw_texts = []  # canonical JSON of each raw object, serialised once: hashed, and COPYed on PostgreSQL
         for ev in events:
             meta = ev.raw.get("metadata") or {}
             api_version = ev.raw.get("apiVersion") or spec.api_version
             group, _, version = api_version.rpartition("/")
+            raw_json = canonical_json(ev.raw)
+            raw_texts.append(raw_json)
             rows.append({
                 "cluster": self.cluster, "api_group": group, "api_version": version, "kind": spec.kind,
                 "namespace": meta.get("namespace"), "name": meta.get("name", ""), "uid": meta.get("uid", ""),
                 "resource_version": meta.get("resourceVersion", ""), "event_type": ev.event_type,
-                "observed_at": ns_to_dt(ev.observed_ns), "raw": ev.raw, "content_hash": content_hash(ev.raw),
+                "observed_at": ns_to_dt(ev.observed_ns), "raw": ev.raw, "content_hash": sha256_hex(raw_json),
             })
         if not rows:
             return []
         by_key = {(r["uid"], r["resource_version"], r["event_type"]): r for r in rows}
         if s.get_bind().dialect.name == "postgresql":
             result = pg_copy_insert(s, "object_versions", _VERSION_COLUMNS,
-                                    ((*(r[c] for c in _VERSION_COLUMNS[:-2]), orjson.dumps(r["raw"]).decode(), r["content_hash"])
-                                     for r in rows),
+                                    ((*(r[c] for c in _VERSION_COLUMNS[:-2]), text.decode(), r["content_hash"])
+                                     for r, text in zip(rows, raw_texts)),
                                     _VERSION_KEY, ("id", "uid", "resource_version", "event_type"))
         else:
             table = ObjectVersion.__table__

@@ -11,6 +11,7 @@ store, so serialising its transactions costs little; PostgreSQL is for concurren
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -69,8 +70,13 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
 
 def _json_dumps(value: Any) -> str:
-    """JSON columns are written with orjson (several times faster than the standard library)."""
-    return orjson.dumps(value).decode("utf-8")
+    """JSON columns are written with orjson (several times faster than the standard library);
+    a value orjson refuses (an integer beyond 64 bits, e.g. in a ResourceClaim's opaque driver
+    ``data``) is written by the standard library, exactly, instead of failing the transaction."""
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _configure_sqlite(engine: Engine) -> None:
