@@ -30,10 +30,13 @@ log = logging.getLogger(__name__)
 def pod_references_claims(pod: dict[str, Any]) -> bool:
     """Pods are kept only when they use DRA: ``spec.resourceClaims`` or an extended-resource claim.
 
-    Other pods cannot hold a DRA device, so recording them would only grow the store.
+    Other pods cannot hold a DRA device, so recording them would only grow the store. A pod whose
+    ``spec`` or ``status`` is not an object counts as kept, so that validation quarantines it.
     """
     spec = pod.get("spec") or {}
     status = pod.get("status") or {}
+    if not isinstance(spec, dict) or not isinstance(status, dict):
+        return True
     return bool(spec.get("resourceClaims")) or bool(status.get("extendedResourceClaimStatus"))
 
 

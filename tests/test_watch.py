@@ -340,6 +340,22 @@ def test_an_object_with_new_api_fields_is_recorded_through_the_watch(srv, sessio
     assert quarantined(sessions) == []
 
 
+def test_only_pods_that_are_recorded_are_validated(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    plain = pod("batch-job", claim_name=None)
+    plain["spec"]["priority"] = "high"  # wrongly typed (an integer field), but not a DRA pod: not ours to keep
+    dra = pod("risk-api-0")
+    dra["spec"]["priority"] = "high"
+    srv.apply(plain)
+    srv.apply(dra)
+    srv.apply(pod("risk-api-1"))
+    wait_until(lambda: len(versions(sessions, "Pod")) == 1, what="the well-formed DRA pod")
+    wait_until(lambda: len(quarantined(sessions)) == 1, what="the malformed DRA pod quarantined")
+    assert "risk-api-0" in quarantined(sessions)[0].raw_text
+    assert versions(sessions, "Pod")[0][0] == "risk-api-1"
+
+
 def test_integers_beyond_64_bits_in_opaque_driver_data_are_stored_exactly(srv, sessions, watcher_factory):
     # AllocatedDeviceStatus.data is arbitrary driver JSON: nothing bounds its integers.
     w = watcher_factory()
@@ -362,14 +378,14 @@ def test_integers_beyond_64_bits_in_opaque_driver_data_are_stored_exactly(srv, s
     b'{"type":"ADDED","object":{"spec":{"s":"\\ud800"}}}',  # a lone surrogate: only the stdlib takes it
 ])
 def test_watch_lines_decode_as_the_standard_library_decodes_them(line):
-    assert reflector_module._decode_event(line) == json.loads(line.decode("utf-8"))
+    assert reflector_module._loads(line) == json.loads(line.decode("utf-8"))
 
 
 def test_a_nan_in_a_watch_line_decodes_as_the_standard_library_takes_it():
-    assert math.isnan(reflector_module._decode_event(b'{"type":"ADDED","object":{"x":NaN}}')["object"]["x"])
+    assert math.isnan(reflector_module._loads(b'{"type":"ADDED","object":{"x":NaN}}')["object"]["x"])
 
 
 @pytest.mark.parametrize("line", [b'{"type":"ADDED","object":', b'{"type":"ADDED","object":{"a":"\xff"}}'])
 def test_watch_lines_that_are_not_json_or_not_utf8_are_refused(line):
     with pytest.raises(ValueError):  # UnicodeDecodeError is a ValueError
-        reflector_module._decode_event(line)
+        reflector_module._loads(line)

@@ -235,11 +235,14 @@ class Reflector:
             item.setdefault("apiVersion", self.spec.api_version)  # list items come without them (§2.1)
             item.setdefault("kind", self.spec.kind)
             uid = item.get("metadata", {}).get("uid")
-            if not uid or not self._acceptable(item, position=f"list@{list_rv}"):
+            if not uid:
+                continue
+            if not self.keep(item):
+                listed[uid] = item  # alive, but not recorded: nothing to validate
+                continue
+            if not self._acceptable(item, position=f"list@{list_rv}"):
                 continue
             listed[uid] = item
-            if not self.keep(item):
-                continue
             prior = self.known.get(uid)
             rv = item["metadata"].get("resourceVersion", "")
             if prior is None:
@@ -274,7 +277,7 @@ class Reflector:
                     query = {"limit": str(self.settings.list_page_size)}
                     if token:
                         query["continue"] = token
-                    page = json.loads(self._get(query, stream=False))
+                    page = _loads(self._get(query, stream=False))
                     items.extend(page.get("items") or [])
                     meta = page.get("metadata") or {}
                     list_rv = list_rv or meta.get("resourceVersion", "")
@@ -338,7 +341,7 @@ class Reflector:
 
     def _handle_line(self, line: bytes, position: int, pending: list[ObservedEvent]) -> None:
         try:
-            event = _decode_event(line)
+            event = _loads(line)
             event_type = event["type"]
             obj = event["object"]
             if not isinstance(obj, dict):
@@ -372,13 +375,14 @@ class Reflector:
             if counter is None:  # labels() costs a tuple build and a lock per call: keep the child
                 counter = self._event_counters[event_type] = self.metrics.events.labels(self.spec.kind, event_type)
             counter.inc()
-        if not self._acceptable(obj, position=f"watch@{self.resume_rv}+{position}"):
-            if rv:  # move past the poison object so it does not recur on reconnect
-                self._flush(pending)
-                self.resume_rv = rv
-                self.sink.submit_resume_point(self.spec, rv)
-            return
+        # Only what is recorded is validated: most pods of a cluster use no DRA claim.
         if self.keep(obj) or obj.get("metadata", {}).get("uid") in self.known:
+            if not self._acceptable(obj, position=f"watch@{self.resume_rv}+{position}"):
+                if rv:  # move past the poison object so it does not recur on reconnect
+                    self._flush(pending)
+                    self.resume_rv = rv
+                    self.sink.submit_resume_point(self.spec, rv)
+                return
             pending.append(ObservedEvent(event_type, obj, now_ns()))
         if rv:
             self.resume_rv = rv
@@ -502,8 +506,8 @@ def _describe(exc: Exception) -> str:
 _LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
 
 
-def _decode_event(line: bytes) -> Any:
-    """Decode one watch line (a JSON document, UTF-8).
+def _loads(line: bytes) -> Any:
+    """Decode one JSON document (a watch line, a list page; UTF-8).
 
     orjson first (several times faster on a busy stream), except where it would read differently
     from the standard library: it turns integers beyond 64 bits into floats, so a line with a run
