@@ -164,6 +164,7 @@ def render_child(url: str, out: str, pdf: bool) -> None:
     sizes = {f.path: f.size for f in result.files}
     print(json.dumps({"seconds": round(seconds, 2), "cpu_seconds": round(cpu_s, 2), "peak_rss_bytes": peak,
                       "counts": result.counts, "phases_s": getattr(result, "timings_s", {}),
+                      "phases_cpu_s": getattr(result, "cpu_s", {}),
                       "children_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
                       "children_cpu_seconds": round(sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]), 2), "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
 
@@ -213,6 +214,7 @@ def main() -> None:
               f"peak RSS {m['peak_rss_bytes'] / 2**20:.0f} MiB, "
               f"{m['pack_bytes'] / 2**20:.0f} MiB on disk (PDF {(m['pdf_bytes'] or 0) / 2**10:.0f} KiB)")
         print(f"phases (wall s): {m['phases_s']}")
+        print(f"phases (renderer CPU s): {m['phases_cpu_s']}")
         print(f"PDF worker process: {m['children_cpu_seconds']:.1f} s CPU, peak RSS {m['children_peak_rss_bytes'] / 2**20:.0f} MiB")
         print(f"rows: {m['counts']}")
         print("targets: 10 M transactions < 60 s, peak RSS < 1 GiB")

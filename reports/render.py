@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -58,8 +58,11 @@ from reports.timeline import SHARING_COLUMNS, Bar, legend, sharing_segments, tim
 log = logging.getLogger(__name__)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-HTML_ROW_LIMIT = 200  # rows per table in the HTML/PDF; full populations are in data/
-TIMELINE_GPU_LIMIT = 120  # lanes drawn in the HTML/PDF (WeasyPrint lays out every SVG rect); rest in data/
+# Sample sizes in the HTML/PDF (the full populations are in data/). WeasyPrint's layout and drawing time
+# grows with every table cell and SVG rect: these bound the PDF's cost whatever the period holds.
+HTML_ROW_LIMIT = 50  # rows per table
+FINDING_DETAIL_LIMIT = 20  # findings spelt out one by one; all are counted by rule
+TIMELINE_GPU_LIMIT = 60  # lanes drawn
 CHANGE_COLUMNS = ("change_type", "cluster", "subject", "at", "at_ns", "from_value", "to_value", "detail", "source_id")
 CHUNK_BYTES = 1 << 20
 PARALLEL_PDF_MIN_TRANSACTIONS = 200_000  # below this, a worker process costs more (start-up) than it saves
@@ -113,6 +116,7 @@ class PackResult:
     signed: bool = False
     files: list[FileDigest] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (for benchmarks and logs)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds of this process (all threads) per phase
 
 
 def _fmt_dt(ns: int | None) -> str:
@@ -379,23 +383,24 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
     except OSError as exc:
         raise UserError(f"--out {out_dir}: cannot create it ({exc.strerror})") from None
     timings: dict[str, float] = {}
-    mark = time.perf_counter()
+    cpu: dict[str, float] = {}
+    mark, cpu_mark = time.perf_counter(), time.process_time()
 
     def lap(phase: str) -> None:
-        nonlocal mark
-        now = time.perf_counter()
-        timings[phase] = round(now - mark, 3)
-        mark = now
+        nonlocal mark, cpu_mark
+        now, cpu_now = time.perf_counter(), time.process_time()
+        timings[phase], cpu[phase] = round(now - mark, 3), round(cpu_now - cpu_mark, 3)
+        mark, cpu_mark = now, cpu_now
 
     try:
         with sessions() as session:
             if session.get_bind().dialect.name == "postgresql":
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})  # one snapshot
-            context, meta, digests = _gather_and_write(session, scope, tmp / "data", clock_skew_s)
+            context, meta, digests = _gather_and_write(session, scope, tmp / "data", clock_skew_s, lap)
             pack_id = meta["pack_id"]
             html = _environment().get_template("report.html.j2").render(**context)
             digests.append(_write_text(tmp, "index.html", html))
-            lap("populations_and_html")
+            lap("html")
             # The PDF depends only on the HTML: with a large population it is laid out in a child
             # process while this one streams the transactions (WeasyPrint is CPU-bound Python).
             pdf_job = None
@@ -436,7 +441,7 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     result = PackResult(out_dir, pack_id, sha256_hex(data), context["counts"], signed=signed, files=files,
-                        timings_s=timings)
+                        timings_s=timings, cpu_s=cpu)
     log.info("pack %s rendered: %s", pack_id, ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     if archive:
         result.archive = write_archive(out_dir, out_dir.with_name(out_dir.name + ".tar.gz"), scope.to_ns)
@@ -445,9 +450,11 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
     return result
 
 
-def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_skew_s: float):
+def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_skew_s: float,
+                      lap: Callable[[str], None]):
     """Write every population except the transaction lineage (whose count comes from its SQL summary)
-    and gather the template context. Returns (context, manifest metadata, digests of the files written)."""
+    and gather the template context; ``lap(phase)`` is called after each phase (timings).
+    Returns (context, manifest metadata, digests of the files written)."""
     col = _Collector(scope)
     counts: dict[str, int] = {}
     written: list[pop.WrittenPopulation] = []
@@ -458,6 +465,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
             continue  # written by pop.write_lineage, rendered to text in SQL
         written.append(pop.write_rows(data_dir, population.name, population.columns,
                                       pop.stream(session, population, scope), sinks.get(population.name)))
+        lap(population.name)
     findings = pop.findings(session, scope)
     written.append(pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings))
     coverage = pop.coverage(session, scope)
@@ -470,7 +478,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     bundle_changes, bundles = _bundle_changes(findings)
     changes = dc_changes + col.driver_changes() + bundle_changes
     written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
+    lap("findings_coverage_sharing_changes")
     by_status, by_gpu, total_txn = _lineage_summary(session, scope)
+    lap("lineage_summary")
     for w in written:
         counts[w.name] = w.count
     counts["transaction_lineage"] = total_txn
@@ -507,6 +517,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     context = {
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
         "sections": SECTIONS, "controls": controls_document(False)["controls"], "limit": HTML_ROW_LIMIT,
+        "finding_limit": FINDING_DETAIL_LIMIT, "findings_by_rule": _findings_by_rule(findings),
         "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps,
         "gpus": gpus, "migs": migs, "device_classes": device_classes,
         "svgs": svgs, "legend": legend(col.bars), "timeline_drawn": len(drawn_gpus),
@@ -559,6 +570,16 @@ def _timeline_gpus(bars: list[Bar], segments) -> set[str]:
     shared = sorted({s.physical_gpu_uuid for s in segments if s.cross_tenant}, key=lambda g: (nodes.get(g, ""), g))
     rest = sorted(set(nodes) - set(shared), key=lambda g: (nodes[g], g))
     return set((shared + rest)[:TIMELINE_GPU_LIMIT])
+
+
+def _findings_by_rule(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Findings counted per (rule, severity, kind), ordered like the findings (severity, then rule)."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for f in findings:
+        key = (f["rule"], f["severity"], f["kind"])
+        counts[key] = counts.get(key, 0) + 1
+    return [{"rule": r, "severity": sev, "kind": kind, "count": n} for (r, sev, kind), n in
+            sorted(counts.items(), key=lambda kv: (pop.SEVERITY_ORDER.get(kv[0][1], 9), kv[0]))]
 
 
 def _count_by(rows: list[dict[str, Any]], key: str, order: dict[str, int]) -> list[tuple[str, int]]:

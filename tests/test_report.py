@@ -209,7 +209,7 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
         for fact in (GPU_A, GPU_B, MIG_B1, FINDING_RULE, GAP_REASON, result.pack_id):
             assert flat(fact) in flat(text), fact
         # the cross-tenant time-slicing interval on the H100: both tenants named with the mode
-        assert re.search(r"marketing,\s*risk\s*shared device", text)
+        assert re.search(r"marketing,\s*risk\s*shared\s*device", text)
         assert "MIG-partitioned" in text
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "")  # self-contained
     assert "<script" not in html
@@ -289,10 +289,13 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
 def test_tables_cut_to_the_row_limit_say_how_many_of_how_many(sessions, tmp_path, bundle, monkeypatch):
     fill_store(sessions)
     monkeypatch.setattr("reports.render.HTML_ROW_LIMIT", 1)
+    monkeypatch.setattr("reports.render.FINDING_DETAIL_LIMIT", 1)
     result = render(sessions, tmp_path / "pack", bundle, pdf=False)
     html = (result.path / "index.html").read_text()
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
-    assert "Showing the first 1 of 2 findings; all 2 are in data/findings.csv" in text
+    assert "Showing the first 1 of 2 findings in detail (by severity, rule, start); all 2 are in data/findings.csv" in text
+    assert f"Findings by rule Rule Severity and kind Findings {FINDING_RULE} high violation 1 coverage.watch_gap " \
+           "medium warning 1" in text
     assert "Showing the first 1 of 2 intervals" in text and "all 2 are in data/sharing.csv" in text
     assert "Finding 2 of 2" not in text
     # the cross-tenant interval without partitioning is the one shown
