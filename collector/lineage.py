@@ -1035,7 +1035,7 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     """
     out: list[dict[str, Any]] = []
     for txn in transaction_ids:
-        records = session.execute(_TRACE_RECORDS, {"txn": txn}).all()
+        records = session.execute(_TRACE_RECORDS, {"txn": txn, "cluster": cluster}).all()
         if not records:
             out.append(_empty_trace(txn))
             continue
@@ -1050,31 +1050,49 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     return out
 
 
-# A transaction's stored records with their lineage (NULL ``lineage_id``: not attributed yet).
-_TRACE_RECORDS = (
-    select(R.c.id, R.c.event_time_ns, R.c.cluster, R.c.pod_namespace.label("rec_pod_namespace"),
-           R.c.pod_name.label("rec_pod_name"), L.c.record_id.label("lineage_id"), *[L.c[c] for c in VERDICT_COLUMNS])
-    .select_from(R.outerjoin(L, L.c.record_id == R.c.id))
-    .where(R.c.transaction_id == bindparam("txn"))
-    .order_by(R.c.event_time_ns, R.c.id)
-)
-# The pod's namespace/name: its state valid at ``t``, else its latest.
-_POD_NAME = (
-    select(PS.c.namespace, PS.c.name)
-    .where(PS.c.cluster == bindparam("cluster"), PS.c.pod_uid == bindparam("uid"))
-    .order_by(_valid_at(PS, bindparam("t", type_=BigInteger)).desc(), PS.c.valid_from_ns.desc())
-    .limit(1)
-)
+def _pod_state(cluster: ColumnElement, uid: ColumnElement, t: ColumnElement, column: str) -> ColumnElement:
+    """``column`` (never NULL in a state) of pod ``uid``'s state valid at ``t``, else of its latest state.
+
+    Two scalar subqueries: SQLite does not see an outer column in a subquery's ORDER BY.
+    """
+    def latest(*where: ColumnElement[bool]) -> ColumnElement:
+        return (select(PS.c[column]).where(PS.c.cluster == cluster, PS.c.pod_uid == uid, *where)
+                .order_by(PS.c.valid_from_ns.desc()).limit(1).scalar_subquery())
+
+    return func.coalesce(latest(_valid_at(PS, t)), latest())
+
+
+def _trace_records_stmt() -> Select:
+    """Bound parameters ``txn``, ``cluster`` (of records without one): the id's stored records, each with
+    its lineage (NULL ``lineage_id``: not attributed yet) and its pod's state namespace/name.
+    One round trip per id: a trace costs two statements, this and ``_CO_TENANTS``."""
+    cluster = func.coalesce(R.c.cluster, bindparam("cluster", type_=String()))
+    return (
+        select(R.c.id, R.c.event_time_ns, R.c.cluster, R.c.pod_namespace.label("rec_pod_namespace"),
+               R.c.pod_name.label("rec_pod_name"), L.c.record_id.label("lineage_id"),
+               *[L.c[c] for c in VERDICT_COLUMNS],
+               *[_pod_state(cluster, L.c.pod_uid, R.c.event_time_ns, c).label(f"state_{c}") for c in ("namespace", "name")])
+        .select_from(R.outerjoin(L, L.c.record_id == R.c.id))
+        .where(R.c.transaction_id == bindparam("txn"))
+        .order_by(R.c.event_time_ns, R.c.id)
+    )
+
+
+_TRACE_RECORDS = _trace_records_stmt()
+# The same pod state lookup for a record attributed on the fly.
+_POD_NAME = select(*[_pod_state(bindparam("cluster"), bindparam("uid"), bindparam("t", type_=BigInteger), c)
+                     .label(f"state_{c}") for c in ("namespace", "name")])
 
 
 def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_cluster: str) -> dict[str, Any]:
     cluster = rec.cluster or default_cluster
     t = rec.event_time_ns
+    state = rec
+    if lin is not rec and lin.pod_uid is not None:
+        state = session.execute(_POD_NAME, {"cluster": cluster, "uid": lin.pod_uid, "t": t}).one()
     pod_ns, pod_name = rec.rec_pod_namespace, rec.rec_pod_name
-    if lin.pod_uid is not None:
-        state = session.execute(_POD_NAME, {"cluster": cluster, "uid": lin.pod_uid, "t": t}).first()
-        if state is not None:
-            pod_ns, pod_name = state.namespace, state.name
+    if lin.pod_uid is not None and state.state_name is not None:
+        pod_ns, pod_name = state.state_namespace, state.state_name
     doc = _empty_trace(txn)
     doc.update({
         "time": ns_to_rfc3339(t), "status": lin.status, "reason": lin.reason,
