@@ -389,3 +389,37 @@ def test_a_nan_in_a_watch_line_decodes_as_the_standard_library_takes_it():
 def test_watch_lines_that_are_not_json_or_not_utf8_are_refused(line):
     with pytest.raises(ValueError):  # UnicodeDecodeError is a ValueError
         reflector_module._loads(line)
+
+
+def test_replayed_versions_in_a_batch_are_stored_once_with_no_ledger_entry(sessions):
+    # The same (uid, resourceVersion, event type) delivered again — alone, and inside a batch with
+    # new versions — is absorbed: one row, one ledger entry; the new versions of the batch are stored.
+    from collector.kube.discovery import watched_kinds
+    from collector.kube.recorder import Recorder
+    from collector.kube.reflector import ObservedEvent
+
+    spec = next(k for k in watched_kinds("v1") if k.kind == "ResourceClaim")
+
+    def event(name: str, rv: int) -> ObservedEvent:
+        obj = claim(name)
+        obj["metadata"].update({"uid": f"uid-{name}", "resourceVersion": str(rv)})
+        return ObservedEvent("ADDED", obj, time.time_ns())
+
+    recorder = Recorder(sessions, "test-cluster")
+    recorder.start()
+    try:
+        recorder.submit_events(spec, [event("a", 10), event("b", 11)], "11")
+        assert recorder.flush(10)
+        recorder.submit_events(spec, [event("b", 11), event("c", 12), event("a", 10), event("d", 13)], "13")
+        assert recorder.flush(10)
+        recorder.submit_events(spec, [event("d", 13)], "13")
+        assert recorder.flush(10)
+    finally:
+        recorder.stop()
+    assert versions(sessions, "ResourceClaim") == [("a", "10", "ADDED"), ("b", "11", "ADDED"), ("c", "12", "ADDED"),
+                                                   ("d", "13", "ADDED")]
+    with sessions() as s:
+        entries = s.execute(select(func.count()).select_from(ledger.LedgerEntry)
+                            .where(ledger.LedgerEntry.table_name == "object_versions")).scalar_one()
+        assert entries == 4
+        assert ledger.verify(s).ok
