@@ -80,6 +80,17 @@ STATUS_MEANINGS = {
     "no-device-record": "no ResourceSlice published the allocated device at that time",
     pop.NOT_ATTRIBUTED: "logged but the attribution job has not processed it yet",
 }
+# What one row of each population file is (the scope section lists the files with their row counts).
+POPULATION_ROWS = {
+    "inventory": "a device published in a ResourceSlice, over the interval its attributes held",
+    "allocation_episodes": "a device allocated to a claim (allocation result), over the claim's allocation",
+    "consumer_intervals": "a pod reserving an allocated claim (status.reservedFor), over that interval",
+    "transaction_lineage": "a logged transaction with the pod, claim, device and physical GPU that served it",
+    "findings": "a policy decision (rule, severity, subjects, evidence), once per decision",
+    "coverage": "an interval in which the watcher was synced, or a gap, per cluster and kind",
+    "sharing": "an interval in which two or more claims held the same physical GPU",
+    "changes": "a DeviceClass version, GPU driver-version change or policy bundle revision",
+}
 CHANGE_LABELS = {"DeviceClass": "DeviceClass version", "driver_version": "GPU driver version",
                  "policy_bundle": "policy bundle revision"}
 # counts in the order they were written before the lineage moved last (it is part of the pack id)
@@ -277,7 +288,8 @@ def _device_class_changes(session: Session, scope: pop.Scope) -> tuple[list[dict
             changes.append({"change_type": "DeviceClass", "cluster": r.cluster, "subject": r.name,
                             "at": ns_to_rfc3339(at_ns), "at_ns": at_ns, "from_value": None,
                             "to_value": f"resourceVersion {r.resource_version}",
-                            "detail": f"{r.event_type}, content {r.content_hash[:16]}", "source_id": r.id})
+                            "detail": f"watch event {r.event_type}, content SHA-256 {r.content_hash[:16]}…",
+                            "source_id": r.id})
         latest.setdefault((r.cluster, r.uid), []).append(r)
     in_force = []
     for (cluster, _uid), versions in sorted(latest.items()):
@@ -344,6 +356,7 @@ def _environment() -> Environment:
     env.filters["bytes"] = _fmt_bytes
     env.filters["dur"] = _fmt_s
     env.globals["duration"] = duration_text
+    env.filters["n"] = lambda v: f"{v:,}"  # thousands separated: 1,000,000
     return env
 
 
@@ -534,7 +547,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
                     "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
                     "changes": CHANGE_COLUMNS},
         "not_evidenced": [c for c in CONTROLS if c["status"] == "not evidenced"],
-        "status_meaning": STATUS_MEANINGS, "change_labels": CHANGE_LABELS,
+        "status_meaning": STATUS_MEANINGS, "change_labels": CHANGE_LABELS, "population_rows": POPULATION_ROWS,
     }
     return context, meta, [f for w in written for f in w.files]
 
