@@ -884,7 +884,7 @@ def _normalised(v: _Version) -> dict[str, Any] | None:
     return normalize(v.kind, v.api_version, v.raw)
 
 
-def _apply_cluster(session: Session, cluster: str, versions: list[_Version]) -> int:
+def _apply_cluster(session: Session, cluster: str, versions: list[_Version], just_inserted: bool) -> int:
     batch = _Batch(session, cluster)
     pods: list[tuple[_Version, PodFacts | None]] = []
     claims: list[tuple[_Version, dict[str, Any] | None]] = []
@@ -906,7 +906,11 @@ def _apply_cluster(session: Session, cluster: str, versions: list[_Version]) -> 
             else:
                 slices.append((v, facts))
     for kind, group in ((POD, pods), (RESOURCE_CLAIM, claims), (RESOURCE_SLICE, slices)):
-        if group:
+        if not group:
+            continue
+        if just_inserted:  # every other stored version of these objects has a lower id
+            batch.newest.update({v.uid: v.id for v, _ in group})  # id order: the last one wins
+        else:
             batch.load_newest(kind, sorted({v.uid for v, _ in group}))
     if pods:
         projector = _PodProjector(batch, pods)
@@ -928,7 +932,7 @@ def _by_id(v: _Version) -> int:
     return v.id
 
 
-def apply_versions(session: Session, versions: Sequence[Any]) -> None:
+def apply_versions(session: Session, versions: Sequence[Any], *, just_inserted: bool = False) -> None:
     """Update the projections from newly stored ``object_versions`` rows, in the caller's transaction.
 
     Args:
@@ -943,6 +947,10 @@ def apply_versions(session: Session, versions: Sequence[Any]) -> None:
     Versions are applied in ``id`` order. Applying a version again, or one older than what is
     already projected for its object, changes nothing.
 
+    ``just_inserted``: the caller inserted ``versions`` in this transaction as the cluster's only
+    writer (the recorder, fenced by the leader Lease), so no stored version of these objects has a
+    higher id and the newest version of each is known without a query.
+
     Raises:
         ValueError: a row whose ``observed_at`` is naive (no zone).
     """
@@ -951,7 +959,7 @@ def apply_versions(session: Session, versions: Sequence[Any]) -> None:
     for v in parsed:
         by_cluster[v.cluster].append(v)
     for cluster, cluster_versions in by_cluster.items():
-        skipped = _apply_cluster(session, cluster, cluster_versions)
+        skipped = _apply_cluster(session, cluster, cluster_versions, just_inserted)
         if skipped:
             log.debug("cluster %s: %d stale version(s) skipped", cluster, skipped)
 

@@ -260,7 +260,7 @@ class Recorder:
                 # the order the events arrived per object), not one per submitted batch.
                 if new_versions:
                     ledger.append(s, "object_versions", new_versions)
-                    apply_versions(s, new_versions)
+                    apply_versions(s, new_versions, just_inserted=True)
                 for kind, rv in committed_rv.items():
                     self._store_resume_point(s, kind, rv)
                 if self.fence is not None and not self.fence():
