@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -98,9 +99,19 @@ def _print_summary(r) -> None:
     sample = r.sample[0]["transaction_id"] if r.sample else "<transaction id>"
     e("")
     e("next:")
-    e(f"  .venv/bin/draudit trace {sample} --database-url {r.database_url}")
+    prog = _invoked_as()
+    e(f"  {prog} trace {sample} --database-url {r.database_url}")
     e(f"  open {r.pack_path / 'index.html'}   (or report.pdf)")
-    e(f"  .venv/bin/draudit verify {r.pack_path} --public-key {r.out_dir / 'keys' / 'demo-signing.pub'}")
+    e(f"  {prog} verify {r.pack_path} --public-key {r.out_dir / 'keys' / 'demo-signing.pub'}")
+
+
+def _invoked_as() -> str:
+    """The command as the user typed it (``.venv/bin/draudit``, ``draudit`` on PATH), so the
+    suggested next commands work from where they are."""
+    prog = sys.argv[0] if sys.argv and sys.argv[0] else "draudit"
+    if prog.endswith("__main__.py") or not Path(prog).name.startswith("draudit"):
+        return f"{shlex.quote(sys.executable)} -m collector.cli"
+    return shlex.quote(prog)
 
 
 def _subjects_text(subjects) -> str:
