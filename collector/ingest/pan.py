@@ -40,7 +40,10 @@ _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # A hex token (trace, span, container ids) with at least one letter, bounded by characters that
 # extend neither a digit run nor an alphanumeric token (see ``may_contain_pan``).
-_HEX_TOKEN = re.compile(rf"(?<![\w%{_SEP}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w{_SEP}])")
+_HEX_TOKEN = rf"(?<![\w%{_SEP}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w{_SEP}])"
+# Either one, in one pass. The two never overlap (a hex token holds no dash and is bounded by
+# characters a UUID cannot contain), so this finds the UUIDs ``_UUID.finditer`` finds.
+_UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
 _MAYBE = re.compile(rf"\d(?:[{_SEP}]?\d){{12}}")
 # Fast pre-filter for whole lines (C-speed translate + substring search instead of a regex that
@@ -79,7 +82,7 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     # unless an escape turns into a hex letter (\b, \f).
     if "\\b" in text or "\\f" in text:
         return True
-    blanked = _HEX_TOKEN.sub("U", _UUID.sub(_blank_lettered_uuid, text) if "-" in text else text)
+    blanked = _UUID_OR_HEX_TOKEN.sub(_blank_identifier, text)
     return _has_digit_run(blanked.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES))
 
 
@@ -90,7 +93,10 @@ def _has_digit_run(ones: bytes) -> bool:
     return _THIRTEEN_ONES in ones.translate(None, _SEP_BYTES)
 
 
-def _blank_lettered_uuid(m: re.Match[str]) -> str:
+def _blank_identifier(m: re.Match[str]) -> str:
+    """ "U" for a hex token or a UUID with a letter; an all-digit UUID stays (a run may hold it)."""
+    if m.group("uuid") is None:
+        return "U"
     uuid = m.group()
     return uuid if uuid.replace("-", "").isdigit() else "U"
 
