@@ -16,7 +16,9 @@ Measured per backend, each on a freshly migrated database:
   inserted with the DB-API ``cursor.executemany`` in chunks of 2 000, one commit per chunk — no
   dedupe, no ledger, nothing else: the floor of writing those rows;
 - ``pipeline``: ``IngestRun`` over the file end to end (read, parse — in parse worker processes
-  unless ``--workers 1`` —, mask, dedupe lookup, ``INSERT … ON CONFLICT DO NOTHING RETURNING``,
+  unless ``--workers 1``, which send each record back as a tuple of column values —, mask, dedupe
+  lookup, insert — PostgreSQL: COPY into a staging table, then ``INSERT … SELECT … ON CONFLICT DO
+  NOTHING RETURNING``; SQLite: ``executemany`` of ``INSERT … ON CONFLICT DO NOTHING`` —,
   quarantine, ledger entries, commit per batch). Its client CPU time is this process only; the
   workers' CPU is not in it (the ratio by CPU is meaningful with ``--workers 1``).
 
