@@ -15,6 +15,8 @@ generated in the database with a recursive CTE (fast on both backends); the rest
 
 The pack is rendered in a child process so that its peak RSS (``ru_maxrss``) is the renderer's
 alone; the PDF worker process it starts for large packs is reported separately (CPU, peak RSS).
+Per phase (each population, the lineage summary, the HTML, the transaction lineage, the PDF, the
+manifest) it prints wall and CPU seconds: on a shared machine the CPU figures are the comparable ones.
 ``--keep-store`` keeps the filled store and prints its URL; ``--store URL`` renders from it again
 (profiling: ``py-spy record -- python bench/report_bench.py --render-only URL OUT``).
 Targets (issue 6): 10 M transactions in < 60 s, peak RSS < 1 GiB. The pack is about 1 KB per

@@ -17,12 +17,13 @@ from collector.timeutil import ns_to_rfc3339
 
 OPEN_END_NS = 2**62
 
-# Evidence keys the bundle uses → (what one id is, the pack file and column where it can be found)
+# Evidence keys the bundle uses → (what one id is, where the pack holds that row)
 EVIDENCE_SOURCES = {
-    "allocation_results": ("allocation result", "data/allocation_episodes.csv", "allocation_result_id"),
-    "allocation_episodes": ("allocation episode", "data/allocation_episodes.csv", "episode_id"),
-    "inference_records": ("transaction record", "data/transaction_lineage.csv", "record_id"),
-    "coverage_intervals": ("coverage interval", "data/coverage.csv", None),
+    "allocation_results": ("allocation result", "data/allocation_episodes.csv, column allocation_result_id"),
+    "allocation_episodes": ("allocation episode", "data/allocation_episodes.csv, column episode_id"),
+    "inference_records": ("transaction record", "data/transaction_lineage.csv, column record_id"),
+    "coverage_intervals": ("coverage interval", "data/coverage.csv, the row of the finding's kind and interval "
+                                                "(the id is the store's)"),
 }
 SUBJECT_LABELS = {
     "claims": "Claims (namespace/name)", "devices": "Devices (driver/pool/device)", "tenants": "Tenants",
@@ -208,14 +209,14 @@ def evidence_rows(evidence: Any, facts: FindingFacts) -> list[dict[str, Any]]:
         return [{"label": "Evidence", "source": None, "lines": _values(evidence)}] if evidence is not None else []
     rows = []
     for key, value in sorted(evidence.items()):
-        what, file, column = EVIDENCE_SOURCES.get(key, (key.replace("_", " "), None, None))
+        what, source = EVIDENCE_SOURCES.get(key, (key.replace("_", " "), None))
         index = facts.allocations.get(key, {})
         if isinstance(value, list):
             lines = [f"{what} {v}: {index[v].text()}" if v in index else f"{what} {v}" for v in value]
         else:
             lines = [_inline(value)]
         rows.append({"label": what.capitalize() + ("s" if isinstance(value, list) and len(value) > 1 else ""),
-                     "source": f"{file}{f', column {column}' if column else ''}" if file else None, "lines": lines})
+                     "source": source, "lines": lines})
     return rows
 
 
