@@ -242,9 +242,13 @@ def _chart(gpus: list[str], lanes: dict[str, list[Bar]], nodes: dict[str, str], 
     axis = [f'<line x1="{label_w}" y1="20" x2="{label_w + plot_w}" y2="20" stroke="#333333" stroke-width="0.6"/>']
     for tick, label in ticks:
         tx = x(tick)
-        anchor = "start" if tx - label_w < 25 else ("end" if label_w + plot_w - tx < 25 else "middle")
+        anchor = "start" if tx - label_w < 15 else ("end" if label_w + plot_w - tx < 15 else "middle")
         axis.append(f'<line x1="{tx:.1f}" y1="17" x2="{tx:.1f}" y2="{y:.1f}" stroke="#bbbbbb" stroke-width="0.3"/>')
-        axis.append(f'<text x="{tx:.1f}" y="13" font-size="7" text-anchor="{anchor}">{escape(label)}</text>')
+        day, _, clock = label.rpartition(" ")  # a new UTC day's date goes on a row above the clock time
+        if day:
+            axis.append(f'<text x="{tx:.1f}" y="5.5" font-size="6" fill="#555555" text-anchor="{anchor}">'
+                        f'{escape(day)}</text>')
+        axis.append(f'<text x="{tx:.1f}" y="13" font-size="7" text-anchor="{anchor}">{escape(clock)}</text>')
     axis.append(f'<text x="4" y="13" font-size="7" fill="#555555">GPU UUID / node · time UTC, grid every '
                 f'{escape(step_text(step))}</text>')
     height = y + 4
