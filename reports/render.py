@@ -13,7 +13,6 @@ failed rendering leaves no half-written pack behind.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import logging
 import multiprocessing
@@ -23,14 +22,14 @@ import tarfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
-from sqlalchemy import and_, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector import __version__
