@@ -314,3 +314,45 @@ def test_an_integer_beyond_64_bits_is_stored_as_given_and_the_ledger_verifies(se
         verdict = ledger.verify(s)
     assert attributes == {"order": 123456789012345678901234567890}
     assert verdict.ok, verdict.first_break
+
+
+def _ecs(txn: str, **fields) -> str:
+    doc = {"@timestamp": "2025-03-04T10:15:00.067Z", "ecs.version": "8.11", "txn_id": txn, "decision": "APPROVE",
+           "latency_ms": 3.5}
+    doc.update(fields)
+    return json.dumps(doc)
+
+
+def _otlp_line(txn: str, time_unix_nano: str) -> str:
+    return json.dumps({"resourceLogs": [{"resource": {"attributes": []}, "scopeLogs": [{"logRecords": [{
+        "timeUnixNano": time_unix_nano, "body": {"stringValue": "scored"},
+        "attributes": [{"key": "txn_id", "value": {"stringValue": txn}}]}]}]}]})
+
+
+def test_out_of_range_numbers_are_quarantined_and_the_rest_of_the_file_is_stored(sessions, database_url, tmp_path):
+    """A latency beyond a double, a timestamp after 2262 (beyond a signed 64-bit ns count, the
+    column's type) as ISO text, OTLP fixed64, CRI runtime time or Log4j epoch seconds: one bad
+    value quarantines its line, never the run."""
+    path = tmp_path / "app.log"
+    lines = [
+        _ecs("T-OK-1"),
+        _ecs("T-LAT").replace('"latency_ms": 3.5', '"latency_ms": 1' + "0" * 400),
+        _ecs("T-ISO", **{"@timestamp": "9999-12-31T23:59:59.999999999Z"}),
+        _ecs("T-OLD", **{"@timestamp": "0001-01-01T00:00:00Z"}),
+        _otlp_line("T-OTLP", "10000000000000000000"),
+        "9999-12-31T23:59:59.999999999Z stdout F " + json.dumps({"txn_id": "T-CRI", "decision": "APPROVE"}),
+        json.dumps({"instant": {"epochSecond": 10 ** 12, "nanoOfSecond": 0}, "txn_id": "T-L4J"}),
+        _ecs("T-OK-2"),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    counts = ingest_paths(sessions, settings_for(database_url), [path])
+    assert counts.as_dict() == {"read": 8, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 6,
+                                "pan_masked": 0}
+    assert counts.reasons == {"bad-latency": 1, "bad-timestamp": 5}
+    with sessions() as s:
+        stored = s.execute(select(InferenceRecord.transaction_id).order_by(InferenceRecord.id)).scalars().all()
+        reasons = dict(s.execute(select(Quarantine.position, Quarantine.reason)).all())
+        assert ledger.verify(s).ok
+    assert stored == ["T-OK-1", "T-OK-2"]
+    assert "out of range" in reasons["2"] and "'latency_ms'" in reasons["2"]
+    assert all("out of range" in reasons[p] for p in ("3", "4", "5:rl0.sl0.lr0", "6", "7"))

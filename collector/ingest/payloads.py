@@ -17,7 +17,8 @@ from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import Envelope
 from collector.ingest.jsondoc import flatten
 from collector.ingest.pan import NullMasker, PanMasker
-from collector.ingest.record import CanonicalRecord, coerce_latency_ms, normalise_span_id, normalise_trace_id
+from collector.ingest.record import (CanonicalRecord, OutOfRange, check_event_time_ns, coerce_latency_ms,
+                                     normalise_span_id, normalise_trace_id)
 
 PAYLOAD_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "json")
 # Integer nanosecond times we parsed ourselves and store as attributes: not masked (pan.PanMasker).
@@ -30,6 +31,19 @@ class Rejected(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _in_range(time: tuple[int, int], what: str) -> tuple[int, int]:
+    """``time`` when its ns fit the ``event_time_ns`` column; ``what`` names the field in the reason.
+
+    Raises:
+        Rejected: ``bad-timestamp: <what>: timestamp out of range …``.
+    """
+    try:
+        check_event_time_ns(time[0])
+    except OutOfRange as exc:
+        raise Rejected(f"bad-timestamp: {what}: {exc}") from None
+    return time
 
 
 def detect_format(doc: dict[str, Any]) -> str:
@@ -89,19 +103,21 @@ class RecordBuilder:
         """``(epoch_ns, precision_ns)`` from the payload, or None when it has no time field.
 
         Raises:
-            Rejected: ``naive-timestamp`` or ``bad-timestamp``.
+            Rejected: ``naive-timestamp`` or ``bad-timestamp`` (also for a time outside the
+                ``event_time_ns`` column's signed 64-bit range).
         """
         sec, nano = flat.get("instant.epochSecond"), flat.get("instant.nanoOfSecond")
         if isinstance(sec, int) and not isinstance(sec, bool):  # Log4j2 JsonLayout / JsonTemplateLayout
             consumed.update(("instant.epochSecond", "instant.nanoOfSecond"))
-            return sec * timestamps.NS_PER_S + (nano if isinstance(nano, int) else 0), 1
+            ns = sec * timestamps.NS_PER_S + (nano if isinstance(nano, int) and not isinstance(nano, bool) else 0)
+            return _in_range((ns, 1), "field 'instant.epochSecond'")
         hit = self.aliases.lookup(flat, "event_time")
         if hit is None:
             return None
         name, value = hit
         consumed.add(name)
         try:
-            return timestamps.parse_any(value, self.default_tz)
+            return _in_range(timestamps.parse_any(value, self.default_tz), f"field {name!r}")
         except timestamps.NaiveTimestamp as exc:
             raise Rejected(f"naive-timestamp: field {name!r}: {exc}") from None
         except timestamps.BadTimestamp as exc:
@@ -119,8 +135,9 @@ class RecordBuilder:
         the payload's.
 
         Raises:
-            Rejected: missing/invalid transaction id, missing/naive/bad event time, a value too
-                long for its column.
+            Rejected: missing/invalid transaction id, missing/naive/bad event time (also one
+                outside the ``event_time_ns`` column's range), a latency that is not a finite
+                double (``bad-latency``), a value too long for its column.
         """
         a = self.aliases
         consumed: set[str] = set()
@@ -137,11 +154,11 @@ class RecordBuilder:
         consumed.add(txn_name)
 
         payload_time = self.event_time(flat, consumed)
-        time = event_time or payload_time
+        time = _in_range(event_time, "the OTLP timeUnixNano") if event_time else payload_time
         if time is None:
             if env.runtime_time_ns is None:
                 raise Rejected("missing-event-time: neither the application line nor the envelope has a timestamp")
-            time = (env.runtime_time_ns, env.runtime_precision_ns)
+            time = _in_range((env.runtime_time_ns, env.runtime_precision_ns), f"the {env.kind} envelope's timestamp")
             warnings.append("event time taken from the envelope (runtime) timestamp")
             extra = {"draudit.event_time_source": "envelope"}
         else:
@@ -160,7 +177,10 @@ class RecordBuilder:
         latency = None
         h = a.lookup(flat, "latency_ms")
         if h is not None:
-            latency = coerce_latency_ms(h[1])
+            try:
+                latency = coerce_latency_ms(h[1])
+            except OutOfRange as exc:
+                raise Rejected(f"bad-latency: field {h[0]!r}: {exc}") from None
             if latency is None:
                 warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
             else:

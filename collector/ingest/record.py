@@ -76,12 +76,40 @@ def normalise_span_id(value: Any, name: str = "") -> str | None:
     return _hex_id(value, name, 16)
 
 
+# inference_records.event_time_ns is a BIGINT: a signed 64-bit count of nanoseconds holds
+# 1677-09-21T00:12:43.145224192Z … 2262-04-11T23:47:16.854775807Z.
+EVENT_TIME_NS_MIN, EVENT_TIME_NS_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+class OutOfRange(ValueError):
+    """A numeric value that cannot be stored in its column (the message says which range)."""
+
+
+def check_event_time_ns(ns: int) -> int:
+    """``ns`` when it fits ``inference_records.event_time_ns`` (a signed 64-bit integer).
+
+    Raises:
+        OutOfRange: outside 1677-09-21 … 2262-04-11 UTC.
+    """
+    if not EVENT_TIME_NS_MIN <= ns <= EVENT_TIME_NS_MAX:
+        raise OutOfRange("timestamp out of range: a signed 64-bit nanosecond count holds 1677-09-21 to 2262-04-11 UTC")
+    return ns
+
+
 def coerce_latency_ms(value: Any) -> float | None:
-    """A latency in milliseconds from a JSON number or an MDC string (``"12.4"``); None if not finite."""
+    """A latency in milliseconds from a JSON number or an MDC string (``"12.4"``); None if not a number.
+
+    Raises:
+        OutOfRange: a number that is not a finite double (``1e400``, an integer of 400 digits,
+            ``NaN``, ``"Infinity"``): ``inference_records.latency_ms`` is a double-precision column.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:
+            f = math.inf
     elif isinstance(value, str):
         try:
             f = float(value.strip())
@@ -89,7 +117,9 @@ def coerce_latency_ms(value: Any) -> float | None:
             return None
     else:
         return None
-    return f if math.isfinite(f) else None
+    if not math.isfinite(f):
+        raise OutOfRange("latency out of range: not a finite number of milliseconds")
+    return f
 
 
 @dataclass(slots=True)
