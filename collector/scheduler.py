@@ -395,9 +395,24 @@ class Scheduler:
         self.context = context
         self.key = key
 
-    def start(self) -> None:
-        """Start the scheduler thread (jobs already registered are written to the job store)."""
-        self.aps.start()
+    def start(self, paused: bool = False) -> None:
+        """Start the scheduler thread (jobs already registered are written to the job store);
+        ``paused``: no job runs until ``follow_leadership(True)``."""
+        self.aps.start(paused=paused)
+
+    def follow_leadership(self, leading: bool) -> None:
+        """Run jobs only while this replica leads (``Watcher.leadership_listeners``).
+
+        APScheduler 3 does not coordinate several schedulers on one job store: without this, every
+        replica would run every job (two daily packs, retention twice). A job already running
+        when leadership is lost finishes; none starts until leadership returns.
+        """
+        if not self.aps.running:
+            return
+        if leading:
+            self.aps.resume()
+        else:
+            self.aps.pause()
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop scheduling; with ``wait`` let running jobs finish."""

@@ -17,7 +17,8 @@ from pydantic_core import SchemaValidator
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from collector.kube.discovery import KindSpec, discover_resource_version, watched_kinds
+from collector.errors import UserError
+from collector.kube.discovery import DiscoveryUnavailable, KindSpec, discover_resource_version, watched_kinds
 from collector.kube.leader import LeaseElector
 from collector.kube.recorder import Recorder
 from collector.kube.reflector import Reflector, ReflectorSettings
@@ -140,15 +141,56 @@ class Watcher:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.kinds: list[KindSpec] = []
+        self._stopping = threading.Event()
+        # Called with True when this replica starts recording (leader, or no election) and False
+        # when it stops: ``draudit run`` runs its scheduled jobs only while leading.
+        self.leadership_listeners: list[Callable[[bool], None]] = []
+        self._discovery_error: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Discover the API version, then start reflecting (now, or once elected leader)."""
-        self.kinds = watched_kinds(discover_resource_version(self.api))
+        """Discover the API version, then start reflecting (now, or once elected leader).
+
+        If the API server cannot be reached yet (or answers 401/403/429/5xx), discovery is retried
+        in the background with capped exponential backoff and ``readiness`` says why it is not
+        ready: a collector started before its API server, or during an outage, never gives up.
+
+        Raises:
+            UserError: the API server answered that DRA is not served in a version we read.
+        """
+        try:
+            self._discovered(discover_resource_version(self.api))
+        except DiscoveryUnavailable as exc:
+            self._discovery_error = str(exc)
+            log.warning("%s; retrying in the background", exc)
+            t = threading.Thread(target=self._discover_until_answered, name="draudit-discovery", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _discover_until_answered(self) -> None:
+        delay = self.reflector_settings.backoff_initial_s
+        while not self._stopping.wait(delay):
+            try:
+                self._discovered(discover_resource_version(self.api))
+                return
+            except DiscoveryUnavailable as exc:
+                self._discovery_error = str(exc)
+                log.warning("%s; retrying in %.1f s", exc, delay)
+            except UserError as exc:  # a definite answer: nothing to wait for
+                self._discovery_error = str(exc)
+                log.error("%s", exc)
+                return
+            delay = min(delay * 2, self.reflector_settings.backoff_max_s)
+
+    def _discovered(self, resource_version: str) -> None:
+        self.kinds = watched_kinds(resource_version)
+        self._discovery_error = None
         for spec in self.kinds:
             client_model(spec)  # fail at start, not per object, if the client lacks a model
         log.info("watching %s in cluster %r", ", ".join(f"{k.kind} ({k.api_version})" for k in self.kinds), self.settings.cluster)
+        if self._stopping.is_set():
+            return
         if self.settings.leader_elect:
             self.elector = LeaseElector(self.api, self.settings.lease_namespace, self.settings.lease_name, self.settings.identity,
                                         lease_duration_s=self.settings.lease_duration_s,
@@ -163,6 +205,9 @@ class Watcher:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop reflectors, commit what was received, close coverage, release the Lease."""
+        self._stopping.set()
+        for t in [t for t in self._threads if t.name == "draudit-discovery"]:
+            t.join(timeout_s)  # a discovery answered now must not start reflectors behind our back
         self._stop_reflecting(timeout_s)
         if self.elector:
             self.elector.stop()
@@ -187,6 +232,7 @@ class Watcher:
                 t.start()
                 self._threads.append(t)
             self.metrics.leader.set(1)
+        self._notify_leadership(True)
 
     def _stop_reflecting(self, timeout_s: float = 10.0) -> None:
         with self._lock:
@@ -197,9 +243,19 @@ class Watcher:
             self._threads = [t for t in self._threads if not t.name.startswith("draudit-reflector-")]
             if self.recorder is not None:
                 self.recorder.stop(timeout_s)
+            was_recording = self.recorder is not None
             self.recorder = None
             self.reflectors = []
             self.metrics.leader.set(0)
+        if was_recording:
+            self._notify_leadership(False)
+
+    def _notify_leadership(self, leading: bool) -> None:
+        for listener in self.leadership_listeners:
+            try:
+                listener(leading)
+            except Exception:  # noqa: BLE001 - a listener must not break the watcher
+                log.exception("leadership listener failed (leading=%s)", leading)
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -226,7 +282,9 @@ class Watcher:
             reasons.append(f"database unreachable: {str(exc).splitlines()[0]}")
         with self._lock:
             reflectors, recorder = list(self.reflectors), self.recorder
-        if self.elector and not self.elector.is_leader():
+        if self._discovery_error:
+            reasons.append(f"API discovery: {self._discovery_error}")
+        elif self.elector and not self.elector.is_leader():
             reasons.append("standby: not the leader")
         elif not reflectors:
             reasons.append("not started")

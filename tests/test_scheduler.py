@@ -185,3 +185,43 @@ def test_daily_pack_job_renders_missing_days_once(sessions, database_url, tmp_pa
     pack = settings.pack_dir / "draudit-prod-eu-1-2026-11-28"
     assert all(c.ok is not False for c in verify_pack(pack))
     assert all(c.ok is not False for c in verify_pack(pack.with_name(pack.name + ".tar.gz")))
+
+
+def test_jobs_run_only_while_this_replica_leads(sessions, database_url, tmp_path):
+    # draudit run --leader-elect: every replica has a scheduler on the shared job store; only the
+    # Lease holder's runs jobs (APScheduler 3 does not coordinate schedulers itself).
+    runs: list[float] = []
+    cfg = ScheduleConfig(attribution="interval:0.2", policy="off", daily_pack="off", retention="off")
+    sched = build_scheduler(_settings(database_url, tmp_path), sessions, cfg,
+                            jobs={"attribution": lambda ctx: runs.append(time.monotonic()) or "ok"}, key="t-leader")
+    sched.start(paused=True)
+    try:
+        time.sleep(0.8)
+        assert runs == []  # standby
+        sched.follow_leadership(True)
+        assert _wait_for(lambda: len(runs) >= 2)
+        sched.follow_leadership(False)
+        lost_at = time.monotonic()
+        time.sleep(0.8)
+        assert all(t <= lost_at + 0.05 for t in runs)  # nothing started after leadership was lost
+    finally:
+        sched.shutdown()
+
+
+def test_watcher_tells_listeners_when_it_starts_and_stops_recording(srv, sessions):
+    from collector.kube.client import make_api_client
+    from collector.settings import Settings
+    from collector.watcher import Watcher
+    from tests.watch_support import FAST, wait_until
+
+    for leader_elect in (False, True):
+        seen: list[bool] = []
+        cfg = Settings(database_url="sqlite://", cluster="test-cluster", leader_elect=leader_elect)
+        w = Watcher(cfg, sessions, make_api_client(host=srv.url), reflector_settings=FAST)
+        w.leadership_listeners.append(seen.append)
+        w.start()
+        try:
+            wait_until(lambda: seen == [True], what="recording started")
+        finally:
+            w.stop()
+        assert seen == [True, False]

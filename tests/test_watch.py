@@ -423,3 +423,28 @@ def test_replayed_versions_in_a_batch_are_stored_once_with_no_ledger_entry(sessi
                             .where(ledger.LedgerEntry.table_name == "object_versions")).scalar_one()
         assert entries == 4
         assert ledger.verify(s).ok
+
+
+def test_api_server_unreachable_at_start_is_retried_until_it_answers(srv, sessions):
+    # Scenario 8 at start-up: discovery itself fails (reset before headers, then 503); the watcher
+    # keeps trying, not ready meanwhile and saying why, then records normally.
+    srv.apply(claim("early"))
+    srv.add_fault(Fault(kind="discovery", verb="get", action="reset_before_headers", count=2))
+    srv.add_fault(Fault(kind="discovery", verb="get", action="status", code=503, count=2))
+    w = start_watcher(srv, sessions)
+    try:
+        verdict = w.readiness()
+        assert not verdict.ready and any("API discovery" in r for r in verdict.reasons), verdict.reasons
+        wait_until(lambda: w.readiness().ready, timeout_s=30, what="ready once discovery answers")
+        wait_until(lambda: [v[0] for v in versions(sessions, "ResourceClaim")] == ["early"], what="the claim recorded")
+        assert not srv.pending_faults()
+    finally:
+        w.stop()
+
+
+def test_a_cluster_without_dra_is_a_clear_error_at_start(srv, sessions):
+    from collector.errors import UserError
+
+    srv.add_fault(Fault(kind="discovery", verb="get", action="status", code=404))
+    with pytest.raises(UserError, match="does not serve resource.k8s.io"):
+        start_watcher(srv, sessions)

@@ -93,11 +93,15 @@ def run_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, databas
     scheduler = None if no_scheduler else build_scheduler(settings, sessions)
     http.start()
     click.echo(f"draudit run: HTTP on {settings.http_host}:{http.port}", err=True)
-    watcher.start()
     if scheduler is not None:
-        scheduler.start()
+        if settings.leader_elect:  # one replica runs the jobs: the Lease holder
+            scheduler.start(paused=True)
+            watcher.leadership_listeners.append(scheduler.follow_leadership)
+        else:
+            scheduler.start()
     stop = threading.Event()
     try:
+        watcher.start()
         _wait_for_signal(stop)
     finally:
         if scheduler is not None:

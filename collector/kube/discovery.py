@@ -46,23 +46,33 @@ class KindSpec:
         return f"{self.kind}List"
 
 
+class DiscoveryUnavailable(UserError):
+    """Discovery could not get an answer (transport error, HTTP 401/403/429/5xx): worth retrying."""
+
+
 def discover_resource_version(api_client: kubernetes.client.ApiClient) -> str:
     """The best served version of ``resource.k8s.io`` (v1 > v1beta2 > v1beta1).
 
     Raises:
-        UserError: the group is not served, or only in versions we do not read (DRA disabled or
-        older than 1.32), naming the versions the server offers.
+        DiscoveryUnavailable: no answer yet — the API server is unreachable, overloaded or
+            restarting, or our credentials are not (yet) accepted; the caller retries.
+        UserError: the server answered that the group is not served, or only in versions we do
+            not read (DRA disabled or older than 1.32), naming the versions it offers.
     """
+    host = api_client.configuration.host
+    headers = {"Accept": "application/json"}
     try:
-        resp = api_client.call_api("GET", api_client.configuration.host + f"/apis/{RESOURCE_GROUP}",
-                                   header_params={"Accept": "application/json"}, _request_timeout=(10, 30))
+        api_client.update_params_for_auth(headers, [], ["BearerToken"], f"/apis/{RESOURCE_GROUP}", "GET", None)
+        resp = api_client.call_api("GET", host + f"/apis/{RESOURCE_GROUP}", header_params=headers, _request_timeout=(10, 30))
         resp.read()
     except Exception as exc:  # noqa: BLE001 - transport errors are reported as one line
-        raise UserError(f"cannot reach the Kubernetes API at {api_client.configuration.host}: {exc}") from None
+        raise DiscoveryUnavailable(f"cannot reach the Kubernetes API at {host}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if resp.status == 404:
-        raise UserError(f"{api_client.configuration.host} does not serve {RESOURCE_GROUP}: DRA is not enabled on this cluster (Kubernetes 1.34+ serves v1 by default)")
+        raise UserError(f"{host} does not serve {RESOURCE_GROUP}: DRA is not enabled on this cluster (Kubernetes 1.34+ serves v1 by default)")
+    if resp.status in (401, 403, 429) or resp.status >= 500:
+        raise DiscoveryUnavailable(f"discovery of {RESOURCE_GROUP} at {host} answered HTTP {resp.status}")
     if not 200 <= resp.status < 300:
-        raise UserError(f"discovery of {RESOURCE_GROUP} failed with HTTP {resp.status}")
+        raise UserError(f"discovery of {RESOURCE_GROUP} at {host} failed with HTTP {resp.status}")
     group = json.loads(resp.data)
     served = [v.get("version") for v in group.get("versions", [])]
     for version in PREFERRED_RESOURCE_VERSIONS:
