@@ -448,3 +448,16 @@ def test_a_cluster_without_dra_is_a_clear_error_at_start(srv, sessions):
     srv.add_fault(Fault(kind="discovery", verb="get", action="status", code=404))
     with pytest.raises(UserError, match="does not serve resource.k8s.io"):
         start_watcher(srv, sessions)
+
+
+@pytest.mark.parametrize("content,expected", [("garbage: [\n", "line 2"), ("- a\n- b\n", "cannot configure"),
+                                              ("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n", "current-context")])
+def test_a_broken_kubeconfig_is_a_one_line_error_naming_the_file(tmp_path, content, expected):
+    from collector.errors import UserError
+    from collector.kube.client import make_api_client
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(content)
+    with pytest.raises(UserError, match=expected) as err:
+        make_api_client(kubeconfig=str(path))
+    assert str(path) in str(err.value) and "\n" not in str(err.value)

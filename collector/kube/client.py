@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import kubernetes
+import yaml
 from kubernetes.config.config_exception import ConfigException
 
 from collector.errors import UserError
@@ -36,6 +37,9 @@ def make_api_client(*, kubeconfig: str | None = None, context: str | None = None
             kubernetes.config.load_incluster_config(client_configuration=cfg)
             return kubernetes.client.ApiClient(cfg)
         return kubernetes.config.new_client_from_config(context=context)
-    except (ConfigException, FileNotFoundError, OSError) as exc:
+    except (ConfigException, FileNotFoundError, OSError, yaml.YAMLError, TypeError, ValueError, AttributeError) as exc:
+        # yaml errors carry the line and column; a file that parses but is not a kubeconfig
+        # (a list, a string) fails inside the loader with a type/attribute error.
         where = kubeconfig or "~/.kube/config (no in-cluster service account either)"
-        raise UserError(f"cannot configure the Kubernetes client from {where}: {exc}; pass --kubeconfig FILE [--context NAME]") from None
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise UserError(f"cannot configure the Kubernetes client from {where}: {detail}; pass --kubeconfig FILE [--context NAME]") from None
