@@ -53,7 +53,8 @@ def cli(log_level: str | None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     # WeasyPrint warns on every font when HarfBuzz-Subset is missing (it falls back to fontTools,
     # with identical output); that is not the user's concern.
-    for noisy in ("weasyprint", "fontTools"):
+    # urllib3 logs each of its transparent retries; our own backoff logs the failure that matters.
+    for noisy in ("weasyprint", "fontTools", "urllib3.connectionpool"):
         logging.getLogger(noisy).setLevel(max(logging.ERROR, logging.getLogger().level))
 
 
