@@ -48,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import text  # noqa: E402
 
+from bench.backends import ServerCpu  # noqa: E402
+
 from collector.ingest.parser import LineParser  # noqa: E402
 from collector.ingest.pipeline import IngestRun, iter_lines  # noqa: E402
 from collector.settings import Settings  # noqa: E402
@@ -107,36 +109,6 @@ class Timing:
     @property
     def cpu_s(self) -> float:
         return self.client_cpu_s + self.server_cpu_s
-
-
-class ServerCpu:
-    """CPU seconds used by the PostgreSQL backends serving ``database`` (0 on SQLite or without /proc)."""
-
-    def __init__(self, database: str | None) -> None:
-        self.database = database
-        self.tick = os.sysconf("SC_CLK_TCK")
-        self.start = self._sample()
-
-    def _sample(self) -> dict[int, float]:
-        out: dict[int, float] = {}
-        if not self.database:
-            return out
-        for d in Path("/proc").iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                cmd = (d / "cmdline").read_bytes()
-                if not cmd.startswith(b"postgres: ") or f" {self.database} ".encode() not in cmd:
-                    continue
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-                out[int(d.name)] = (int(fields[11]) + int(fields[12])) / self.tick
-            except (OSError, IndexError, ValueError):
-                continue
-        return out
-
-    def used_s(self) -> float:
-        end = self._sample()
-        return sum(v - self.start.get(pid, 0.0) for pid, v in end.items())
 
 
 def fresh_database(backend: str, tmp: Path) -> tuple[str, callable]:
