@@ -78,6 +78,7 @@ schedulers, the CLI) queue up; the second sees the first's rows and never collid
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
@@ -116,6 +117,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from collector.errors import UserError
 from collector.store.models import (
     AllocationEpisode,
+    AttributionSettings,
     AllocationResult,
     ClaimConsumer,
     CoverageInterval,
@@ -152,14 +154,15 @@ CC = ClaimConsumer.__table__
 DS = DeviceState.__table__
 CI = CoverageInterval.__table__
 WS = WatchState.__table__
+AS = AttributionSettings.__table__
 
 LINEAGE_COLUMNS = (
     "record_id", "status", "reason", "candidates", "pod_uid", "node_name", "claim_uid", "claim_namespace",
     "claim_name", "request", "episode_id", "driver", "pool", "device", "device_state_id", "device_uuid",
-    "physical_gpu_uuid", "product_name", "mig_profile", "attributed_at",
+    "physical_gpu_uuid", "product_name", "mig_profile", "attributed_at", "settings_id",
 )
 # What a point's evaluation yields (status before the per-record skew test), then the nearest bounds.
-VERDICT_COLUMNS = LINEAGE_COLUMNS[1:-1]
+VERDICT_COLUMNS = LINEAGE_COLUMNS[1:-2]
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +484,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
 
 
 def _lineage_row(v: Any, t: ColumnElement, precision: ColumnElement, skew_ns: int,
-                 attributed_at: datetime) -> list[ColumnElement]:
+                 attributed_at: datetime, settings_id: int | None) -> list[ColumnElement]:
     """The ``LINEAGE_COLUMNS`` after ``record_id`` from verdict ``v`` for a record at ``t``.
 
     The skew test (step 6): an ``exact`` verdict becomes ``ambiguous`` / ``skew-window`` when a bound
@@ -495,6 +498,7 @@ def _lineage_row(v: Any, t: ColumnElement, precision: ColumnElement, skew_ns: in
         case((skewed, literal("skew-window")), else_=v.c.reason).label("reason"),
         *[v.c[col] for col in VERDICT_COLUMNS[2:]],
         literal(attributed_at, UTCDateTime()).label("attributed_at"),
+        literal(settings_id, BigInteger).label("settings_id"),
     ]
 
 
@@ -543,7 +547,7 @@ def lineage_select(
     v = _verdicts(points, serving_containers).cte("verdicts")
     return select(
         v.c.pid.label("record_id"),
-        *_lineage_row(v, R.c.event_time_ns, R.c.event_time_precision_ns, skew_ns, attributed_at),
+        *_lineage_row(v, R.c.event_time_ns, R.c.event_time_precision_ns, skew_ns, attributed_at, None),
     ).select_from(v.join(R, R.c.id == v.c.pid))
 
 
@@ -594,7 +598,7 @@ T_TIMELINE = Table("draudit_lin_timeline", _TMP, *_key_cols(), Column("s", BigIn
 T_FRESH = Table("draudit_lin_fresh", _TMP, Column("record_id", BigInteger, primary_key=True, autoincrement=False),
                 *[Column(name, String(253)) if name not in ("candidates", "episode_id", "device_state_id")
                   else Column(name, BigInteger) for name in VERDICT_COLUMNS],
-                Column("attributed_at", UTCDateTime()), prefixes=["TEMPORARY"])
+                Column("attributed_at", UTCDateTime()), Column("settings_id", BigInteger), prefixes=["TEMPORARY"])
 _TEMP_TABLES = (T_REVISIT, T_KEYS, T_KEY_UIDS, T_KEY_DEVICES, T_POINTS, T_TIMELINE, T_FRESH)
 
 
@@ -680,8 +684,9 @@ class _Run:
     """One attribution run's statements on one connection (temporary tables, then the writes)."""
 
     def __init__(self, session: Session, *, skew_ns: int, serving_containers: Mapping[str, str] | None,
-                 cluster: str, attributed_at: datetime):
+                 cluster: str, attributed_at: datetime, settings_id: int | None):
         self.s = session
+        self.settings_id = settings_id
         self.pg = session.get_bind().dialect.name == "postgresql"
         self.skew_ns = skew_ns
         self.serving = serving_containers
@@ -752,7 +757,7 @@ class _Run:
                   TL.c.s <= t, t < TL.c.e)
         return select(
             R.c.id.label("record_id"),
-            *_lineage_row(TL, t, R.c.event_time_precision_ns, self.skew_ns, self.attributed_at),
+            *_lineage_row(TL, t, R.c.event_time_precision_ns, self.skew_ns, self.attributed_at, self.settings_id),
         ).select_from(R.join(TL, on)).where(*where)
 
     def counts(self, table: Any, *where: ColumnElement[bool]) -> dict[tuple[str, str | None], int]:
@@ -825,6 +830,17 @@ class _Run:
         return self.counts(F)
 
 
+def settings_row(session: Session, *, skew_ns: int, cluster: str, serving_containers: Mapping[str, str]) -> int:
+    """The ``attribution_settings`` id of these settings, inserted if new (the caller's transaction)."""
+    pins = json.dumps(dict(sorted(serving_containers.items())), separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(json.dumps([skew_ns, cluster, pins], ensure_ascii=False).encode()).hexdigest()
+    found = session.execute(select(AS.c.id).where(AS.c.digest == digest)).scalar()
+    if found is not None:
+        return found
+    return session.execute(insert(AS).values(digest=digest, clock_skew_ns=skew_ns, cluster=cluster,
+                                              serving_containers=pins).returning(AS.c.id)).scalar_one()
+
+
 def history_horizons(session: Session) -> dict[str, int]:
     """Per cluster, the newest instant (ns) up to which the watcher knew Pod, ResourceClaim and
     ResourceSlice history complete.
@@ -846,6 +862,14 @@ def history_horizons(session: Session) -> dict[str, int]:
     for (cluster, _kind), alive_ns in per_kind.items():
         horizons[cluster] = min(horizons.get(cluster, alive_ns), alive_ns)
     return horizons
+
+
+def _tune(session: Session) -> None:
+    """PostgreSQL: JIT-compiling these wide queries costs about a second and gains nothing at these
+    row counts; the per-chunk key aggregation and segment sort fit in memory with a little more work_mem."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SET LOCAL jit = off"))
+        session.execute(text("SET LOCAL work_mem = '64MB'"))
 
 
 def _serialise(session: Session) -> None:
@@ -923,13 +947,11 @@ def attribute_run(
     if serving_containers:
         _check_pins(serving_containers)
     _serialise(session)
-    if session.get_bind().dialect.name == "postgresql":
-        # JIT-compiling these wide queries costs about a second and gains nothing at these row counts;
-        # the per-chunk key aggregation and segment sort fit in memory with a little more work_mem
-        session.execute(text("SET LOCAL jit = off"))
-        session.execute(text("SET LOCAL work_mem = '64MB'"))
+    _tune(session)
     run = _Run(session, skew_ns=skew_ns, serving_containers=serving_containers, cluster=cluster,
-               attributed_at=datetime.now(timezone.utc))
+               attributed_at=datetime.now(timezone.utc),
+               settings_id=settings_row(session, skew_ns=skew_ns, cluster=cluster,
+                                        serving_containers=serving_containers or {}))
     with run:
         if all:
             session.execute(delete(L))
@@ -965,6 +987,114 @@ def attribute(
     """
     return attribute_run(session, all=all, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
                          cluster=cluster, settle_s=settle_s).by_status
+
+
+# --------------------------------------------------------------------------------------------
+# verify: the stored lineage is exactly what the rule yields from the ledgered store
+# --------------------------------------------------------------------------------------------
+
+# recomputed rows of ``verify_lineage`` (every settings group's), compared with ``lineage`` at the end
+T_RECOMPUTED = Table("draudit_lin_recomputed", _TMP,
+                     *[Column(c.name, c.type, primary_key=c.primary_key, autoincrement=False) for c in T_FRESH.c],
+                     prefixes=["TEMPORARY"])
+COMPARED_COLUMNS = ("record_id", *VERDICT_COLUMNS, "settings_id")
+
+
+@dataclass(frozen=True)
+class LineageDifference:
+    """The first lineage row that differs from its recomputation: record, transaction id, column, values.
+
+    ``column`` is ``"(row)"`` when one side has no row at all (``stored`` / ``recomputed`` then say
+    ``"present"`` or ``"absent"``: a lineage row without its record or without known settings).
+    """
+
+    record_id: int
+    transaction_id: str | None
+    column: str
+    stored: Any
+    recomputed: Any
+
+    def describe(self) -> str:
+        return (f"record {self.record_id} (transaction {self.transaction_id}): {self.column} "
+                f"stored {self.stored!r}, recomputed {self.recomputed!r}")
+
+
+@dataclass(frozen=True)
+class LineageAudit:
+    """``checked`` lineage rows recomputed; ``differing`` records differ; the first (lowest record id)."""
+
+    checked: int
+    differing: int
+    first: LineageDifference | None
+
+    @property
+    def ok(self) -> bool:
+        return self.differing == 0
+
+
+def verify_lineage(session: Session, *, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> LineageAudit:
+    """Recompute every stored lineage row with its own settings and compare; the store is not changed.
+
+    Lineage is derived data, not ledgered: an edited row (another GPU, another status) would pass the
+    hash chain. This re-runs the rule (``attribute_run``'s timeline, per ``attribution_settings``
+    group: same clock-skew tolerance, default cluster and serving containers the row was computed
+    with) for the records that have a lineage row, inside a savepoint that is rolled back, and
+    compares both sides with one set query (``EXCEPT`` in each direction) over ``record_id``,
+    ``VERDICT_COLUMNS`` and ``settings_id`` (``attributed_at`` is not derived).
+
+    Returns:
+        The number of rows checked, of differing records, and the first difference.
+    """
+    _tune(session)
+    savepoint = session.begin_nested()
+    try:
+        T_RECOMPUTED.create(session.connection())
+        for sid, skew_ns, cluster, pins in session.execute(
+                select(AS.c.id, AS.c.clock_skew_ns, AS.c.cluster, AS.c.serving_containers)
+                .where(AS.c.id.in_(select(L.c.settings_id).distinct())).order_by(AS.c.id)).all():
+            _recompute_group(session, sid, skew_ns, cluster, json.loads(pins), chunk_records)
+        return _compare(session)
+    finally:
+        savepoint.rollback()
+
+
+def _recompute_group(session: Session, settings_id: int, skew_ns: int, cluster: str,
+                     pins: Mapping[str, str], chunk_records: int) -> None:
+    """Insert into ``T_RECOMPUTED`` the rows of the records whose lineage has ``settings_id``."""
+    run = _Run(session, skew_ns=skew_ns, serving_containers=pins, cluster=cluster, attributed_at=datetime.now(
+        timezone.utc), settings_id=settings_id)
+    lo, hi = session.execute(select(func.min(L.c.record_id), func.max(L.c.record_id))
+                             .where(L.c.settings_id == settings_id)).one()
+    with run:
+        for start in range(lo, hi + 1, chunk_records):
+            where = [R.c.id >= start, R.c.id < start + chunk_records,
+                     exists().where(L.c.record_id == R.c.id, L.c.settings_id == settings_id)]
+            if run.build_timeline([select(*_record_key(cluster), R.c.event_time_ns.label("t")).where(*where)]):
+                session.execute(insert(T_RECOMPUTED).from_select(list(LINEAGE_COLUMNS), run.lineage_rows(*where)))
+
+
+def _compare(session: Session) -> LineageAudit:
+    """``lineage`` vs ``T_RECOMPUTED`` on ``COMPARED_COLUMNS``; the first difference spelled out."""
+    stored = select(*[L.c[c] for c in COMPARED_COLUMNS])
+    fresh = select(*[T_RECOMPUTED.c[c] for c in COMPARED_COLUMNS])
+    extra = stored.except_(fresh).subquery("extra")  # SQLite: no parenthesised compound inside a compound
+    missing = fresh.except_(stored).subquery("missing")
+    diff = union_all(select(extra.c.record_id), select(missing.c.record_id)).subquery("diff")
+    checked = session.execute(select(func.count()).select_from(L)).scalar_one()
+    differing, first_id = session.execute(select(func.count(distinct(diff.c.record_id)),
+                                                 func.min(diff.c.record_id))).one()
+    if not differing:
+        return LineageAudit(checked, 0, None)
+    txn = session.execute(select(R.c.transaction_id).where(R.c.id == first_id)).scalar()
+    a = session.execute(stored.where(L.c.record_id == first_id)).first()
+    b = session.execute(fresh.where(T_RECOMPUTED.c.record_id == first_id)).first()
+    if a is None or b is None:
+        first = LineageDifference(first_id, txn, "(row)", "absent" if a is None else "present",
+                                  "absent" if b is None else "present")
+    else:
+        col = next(c for c in COMPARED_COLUMNS if a._mapping[c] != b._mapping[c])
+        first = LineageDifference(first_id, txn, col, a._mapping[col], b._mapping[col])
+    return LineageAudit(checked, differing, first)
 
 
 # --------------------------------------------------------------------------------------------

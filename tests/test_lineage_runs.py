@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, insert, select, update
 
 from collector.errors import UserError
-from collector.lineage import LINEAGE_COLUMNS, attribute_run, history_horizons, lineage_select
+from collector.lineage import VERDICT_COLUMNS, attribute_run, history_horizons, lineage_select
 from collector.store.models import AllocationResult, InferenceRecord, Lineage, WatchState
 from collector.timeutil import ns_to_dt
 from tests.test_lineage import (  # noqa: F401 - hist is a fixture
@@ -26,14 +26,14 @@ MIG_A = "MIG-1c2d3e4f-5a6b-5c7d-8e9f-0a1b2c3d4e5f"
 
 def stored_rows(session) -> dict[int, tuple]:
     """Every lineage row but its ``attributed_at``, by record id."""
-    cols = [Lineage.__table__.c[c] for c in LINEAGE_COLUMNS[:-1]]
+    cols = [Lineage.__table__.c[c] for c in ("record_id", *VERDICT_COLUMNS)]
     return {row[0]: tuple(row) for row in session.execute(select(*cols))}
 
 
 def per_record_rows(session, **kwargs) -> dict[int, tuple]:
     """The rule evaluated with every record as its own point (``lineage_select``), nothing written."""
     q = lineage_select(all=True, **kwargs).subquery()
-    return {row[0]: tuple(row) for row in session.execute(select(*[q.c[c] for c in LINEAGE_COLUMNS[:-1]]))}
+    return {row[0]: tuple(row) for row in session.execute(select(*[q.c[c] for c in ("record_id", *VERDICT_COLUMNS)]))}
 
 
 def busy_history(h: History) -> list[int]:

@@ -69,13 +69,18 @@ def ledger_group() -> None:
 @click.option("--projections/--no-projections", default=True, show_default=True,
               help="Also rebuild the derived tables (pods, claims, episodes, devices) from the ledgered object "
                    "versions and compare (read-only; the rebuild is rolled back).")
-def ledger_verify(database_url: str | None, output: str, projections: bool) -> None:
+@click.option("--lineage/--no-lineage", default=True, show_default=True,
+              help="Also re-run attribution for every lineage row with the settings it was computed with and "
+                   "compare (read-only; rolled back).")
+def ledger_verify(database_url: str | None, output: str, projections: bool, lineage: bool) -> None:
     """Recompute the hash chain and every covered row; exit 1 naming the first broken entry.
 
     The derived tables that attribution and policies read are checked against what the ledgered
-    object versions produce, so an edit there shows too.
+    object versions produce, and the lineage rows against what attribution recomputes from the
+    ledgered records and versions, so an edit there shows too.
     """
     from collector.kube.projection_audit import audit_projections
+    from collector.lineage import verify_lineage
     from collector.store.ledger import verify
 
     settings = settings_from(database_url=database_url)
@@ -86,7 +91,11 @@ def ledger_verify(database_url: str | None, output: str, projections: bool) -> N
     if projections:
         with sessions() as session:
             diffs = audit_projections(session)
-    ok = result.ok and not diffs
+    audit = None
+    if lineage:
+        with sessions() as session:
+            audit = verify_lineage(session)
+    ok = result.ok and not diffs and (audit is None or audit.ok)
     if output == "json":
         brk = result.first_break
         echo_json({"ok": ok, "entries": result.entries, "head_seq": result.head.seq,
@@ -94,7 +103,13 @@ def ledger_verify(database_url: str | None, output: str, projections: bool) -> N
                    "first_break": None if brk is None else {"seq": brk.seq, "table": brk.table_name,
                                                             "key": brk.row_key, "problem": brk.problem},
                    "projections_checked": projections,
-                   "projection_differences": [{"table": d.table, "problem": d.problem, "row": repr(d.row)} for d in diffs]})
+                   "projection_differences": [{"table": d.table, "problem": d.problem, "row": repr(d.row)} for d in diffs],
+                   "lineage_checked": None if audit is None else audit.checked,
+                   "lineage_differing": None if audit is None else audit.differing,
+                   "lineage_first_difference": None if audit is None or audit.first is None else {
+                       "record_id": audit.first.record_id, "transaction_id": audit.first.transaction_id,
+                       "column": audit.first.column, "stored": audit.first.stored,
+                       "recomputed": audit.first.recomputed}})
         sys.exit(0 if ok else 1)
     if result.ok:
         click.echo(f"ledger intact: {result.entries} entries, head {result.head.seq} {result.head.entry_hash}")
@@ -107,6 +122,12 @@ def ledger_verify(database_url: str | None, output: str, projections: bool) -> N
                 click.echo(f"  {d.describe()}")
         else:
             click.echo("projections: exactly what the ledgered object versions produce")
+    if audit is not None:
+        if audit.ok:
+            click.echo(f"lineage: {audit.checked} rows checked, exactly what attribution recomputes")
+        else:
+            click.echo(f"lineage DIFFERS from what attribution recomputes: {audit.differing} of {audit.checked} "
+                       f"rows; first: {audit.first.describe()}")
     sys.exit(0 if ok else 1)
 
 

@@ -449,7 +449,9 @@ class Lineage(Base):
     ``status`` is ``exact``, ``ambiguous`` or ``unattributed``; ``reason`` explains the last two
     (``skew-window``, ``several-devices``, ``several-pods``, ``no-pod``, ``no-claim``,
     ``no-allocation``, ``no-device-record``, ``coverage-gap``). Derived data: recomputable from the
-    store; written by ``collector.lineage.attribute`` (see its module docstring for the rule).
+    store; written by ``collector.lineage.attribute`` (see its module docstring for the rule) with the
+    settings ``settings_id`` names (``attribution_settings``); ``draudit ledger verify`` recomputes
+    every row with them and reports the first difference.
 
     ``record_id`` is ``inference_records.id`` without a foreign key and without secondary indexes:
     every reader reaches a row through its record (primary key), and a foreign-key check per row
@@ -480,6 +482,28 @@ class Lineage(Base):
     product_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
     mig_profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
     attributed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # AttributionSettings.id of the run that wrote the row (NULL: written outside ``attribute_run``)
+    settings_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+
+
+class AttributionSettings(Base):
+    """The settings an attribution run computed lineage rows with (one row per distinct set).
+
+    ``clock_skew_ns``: the skew tolerance (ns) of the ``skew-window`` test; ``cluster``: the cluster
+    of records without one; ``serving_containers``: canonical JSON of the ``namespace/prefix →
+    container`` map (``{}`` when none). ``digest`` = SHA-256 of the three, unique. ``ledger verify``
+    recomputes each lineage row with its own settings; packs state the tolerance in force
+    (``collector.lineage.tolerances_in_use``).
+    """
+
+    __tablename__ = "attribution_settings"
+    __table_args__ = (UniqueConstraint("digest", name="uq_attribution_settings_digest"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    clock_skew_ns: Mapped[int] = mapped_column(BigInteger)
+    cluster: Mapped[str] = mapped_column(String(253))
+    serving_containers: Mapped[str] = mapped_column(Text)
 
 
 # --------------------------------------------------------------------------------------------

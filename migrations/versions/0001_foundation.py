@@ -2,7 +2,7 @@
 
 Revision ID: 0001_foundation
 Revises: 
-Create Date: 2026-11-30 00:03:22.848143
+Create Date: 2026-11-30 00:51:35.698902
 """
 from typing import Sequence, Union
 
@@ -28,6 +28,15 @@ def upgrade() -> None:
     with op.batch_alter_table('apscheduler_jobs', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_apscheduler_jobs_next_run_time'), ['next_run_time'], unique=False)
 
+    op.create_table('attribution_settings',
+    sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
+    sa.Column('digest', sa.String(length=64), nullable=False),
+    sa.Column('clock_skew_ns', sa.BigInteger(), nullable=False),
+    sa.Column('cluster', sa.String(length=253), nullable=False),
+    sa.Column('serving_containers', sa.Text(), nullable=False),
+    sa.PrimaryKeyConstraint('id'),
+    sa.UniqueConstraint('digest', name='uq_attribution_settings_digest')
+    )
     op.create_table('coverage_intervals',
     sa.Column('id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
     sa.Column('cluster', sa.String(length=253), nullable=False),
@@ -174,6 +183,7 @@ def upgrade() -> None:
     sa.Column('product_name', sa.String(length=253), nullable=True),
     sa.Column('mig_profile', sa.String(length=64), nullable=True),
     sa.Column('attributed_at', collector.store.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('settings_id', sa.BigInteger(), nullable=True),
     sa.PrimaryKeyConstraint('record_id')
     )
     op.create_table('object_versions',
@@ -428,6 +438,7 @@ def downgrade() -> None:
         batch_op.drop_index('ix_coverage_kind_time')
 
     op.drop_table('coverage_intervals')
+    op.drop_table('attribution_settings')
     with op.batch_alter_table('apscheduler_jobs', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_apscheduler_jobs_next_run_time'))
 
