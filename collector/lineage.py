@@ -10,7 +10,10 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
    ``pod_states`` rows, none valid at ``t``, is ``no-pod``; a uid never projected is kept (only pods
-   that reference claims are projected, so the chain then ends in ``no-claim``).
+   that reference claims are projected, so the chain then ends in ``no-claim``). A ``no-pod`` whose
+   key (uid, or namespace/name) has a pod state bound within ``clock_skew_s`` of ``t`` — logged just
+   before the pod was first observed or just after its last observation — is ``ambiguous`` /
+   ``skew-window`` instead (step 6): observation lags creation, so that is no evidence either way.
 3. **claims and requests** — the containers whose claims count: the logging container if it has
    ``pod_container_claims`` rows; else the container pinned by ``serving_containers``; else every
    container of the pod (the sidecar pattern: ``risk-api`` logs, ``triton-sidecar`` holds the GPU).
@@ -30,7 +33,8 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
 6. **status** — ``exact`` when exactly one physical GPU results, every served result has a device
    record and no transition used (pod state, claim ref, episode, consumer and device-state interval
    bounds) lies within ``clock_skew_s`` of the record's time interval ``[t, t + precision)``
-   (log-formats.md §5.4); otherwise ``ambiguous`` with ``several-devices`` or ``skew-window``.
+   (log-formats.md §5.4); otherwise ``ambiguous`` with ``several-devices`` or ``skew-window``
+   (also for a ``no-pod`` near its key's pod state bounds, step 2).
 
 Lineage columns filled per status: ``pod_uid``/``node_name`` whenever one pod resolved; the device
 columns (driver/pool/device, device uuid, state id) only when exactly one device of the GPU served;
@@ -317,6 +321,24 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         func.min(_bound_above(pod_bounds, podcand.c.t)).label("near_hi"),
     ).group_by(podcand.c.pid).cte("podagg")
 
+    # podnear: for a point whose key has pod states but none valid at t (no-pod), the nearest bounds of
+    # those states: a record logged just before its pod was first observed (or just after its last
+    # observation) is within the skew window of the pod, not evidence of no pod.
+    ps_near = PS.alias("ps_near")
+    near_bounds = [ps_near.c.valid_from_ns, ps_near.c.valid_to_ns]
+
+    def near_of(on: ColumnElement[bool], *where: ColumnElement[bool]) -> Select:
+        return select(P.c.pid, _bound_below(near_bounds, P.c.t).label("near_lo"),
+                      _bound_above(near_bounds, P.c.t).label("near_hi")).select_from(
+            P.join(ps_near, and_(ps_near.c.cluster == P.c.cluster, on))).where(P.c.in_gap == 0, *where)
+
+    near_rows = union_all(
+        near_of(ps_near.c.pod_uid == P.c.pod_uid, P.c.pod_uid.is_not(None)),
+        near_of(and_(ps_near.c.namespace == P.c.pod_namespace, ps_near.c.name == P.c.pod_name), P.c.pod_uid.is_(None)),
+    ).subquery("near_rows")
+    podnear = select(near_rows.c.pid, func.max(near_rows.c.near_lo).label("near_lo"),
+                     func.min(near_rows.c.near_hi).label("near_hi")).group_by(near_rows.c.pid).cte("podnear")
+
     # podone: points whose pod resolved to exactly one uid, with the container whose claims count.
     pod_ns = func.coalesce(podagg.c.namespace, P.c.pod_namespace)
     pod_name = func.coalesce(podagg.c.name, P.c.pod_name)
@@ -473,13 +495,13 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         *[with_gpu(pathagg.c[col]).label(col)
           for col in ("driver", "pool", "device", "device_state_id", "device_uuid", "physical_gpu_uuid",
                       "product_name", "mig_profile")],
-        _Greatest(func.coalesce(podagg.c.near_lo, NEG_INF_NS), func.coalesce(pathagg.c.near_lo, NEG_INF_NS))
-        .label("near_lo"),
-        _Least(func.coalesce(podagg.c.near_hi, POS_INF_NS), func.coalesce(pathagg.c.near_hi, POS_INF_NS))
-        .label("near_hi"),
+        _Greatest(func.coalesce(podagg.c.near_lo, NEG_INF_NS), func.coalesce(pathagg.c.near_lo, NEG_INF_NS),
+                  func.coalesce(case((podagg.c.pid.is_(None), podnear.c.near_lo)), NEG_INF_NS)).label("near_lo"),
+        _Least(func.coalesce(podagg.c.near_hi, POS_INF_NS), func.coalesce(pathagg.c.near_hi, POS_INF_NS),
+               func.coalesce(case((podagg.c.pid.is_(None), podnear.c.near_hi)), POS_INF_NS)).label("near_hi"),
     ).select_from(
         P.outerjoin(podagg, podagg.c.pid == P.c.pid).outerjoin(pathagg, pathagg.c.pid == P.c.pid)
-        .outerjoin(candagg, candagg.c.pid == P.c.pid)
+        .outerjoin(candagg, candagg.c.pid == P.c.pid).outerjoin(podnear, podnear.c.pid == P.c.pid)
     )
 
 
@@ -487,12 +509,13 @@ def _lineage_row(v: Any, t: ColumnElement, precision: ColumnElement, skew_ns: in
                  attributed_at: datetime, settings_id: int | None) -> list[ColumnElement]:
     """The ``LINEAGE_COLUMNS`` after ``record_id`` from verdict ``v`` for a record at ``t``.
 
-    The skew test (step 6): an ``exact`` verdict becomes ``ambiguous`` / ``skew-window`` when a bound
-    the chain used lies in ``[t - skew, t + precision + skew]``; ``v.near_lo <= t < v.near_hi`` are
-    the nearest such bounds, so two comparisons decide it.
+    The skew test (step 6): an ``exact`` or ``no-pod`` verdict becomes ``ambiguous`` /
+    ``skew-window`` when a bound the chain used (for ``no-pod``: a bound of the key's pod states)
+    lies in ``[t - skew, t + precision + skew]``; ``v.near_lo <= t < v.near_hi`` are the nearest
+    such bounds, so two comparisons decide it.
     """
     near = or_(v.c.near_lo >= t - skew_ns, v.c.near_hi <= t + func.coalesce(precision, 1) + skew_ns)
-    skewed = and_(v.c.status == "exact", near)
+    skewed = and_(or_(v.c.status == "exact", v.c.reason == "no-pod"), near)
     return [
         case((skewed, literal("ambiguous")), else_=v.c.status).label("status"),
         case((skewed, literal("skew-window")), else_=v.c.reason).label("reason"),

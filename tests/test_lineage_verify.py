@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from collector.cli import cli
-from collector.lineage import attribute_run, verify_lineage
+from collector.lineage import attribute_run, lineage_select, verify_lineage
 from collector.store.models import Lineage
 from tests.test_lineage import CLUSTER, GPU_A, GPU_B, S, T0, History, hist, single_gpu_pod  # noqa: F401 (fixture)
 
@@ -94,3 +94,32 @@ def test_cli_ledger_verify_reports_lineage(sessions, database_url, monkeypatch):
                                                "column": "device_uuid", "stored": FAKE, "recomputed": GPU_A}
     res = runner.invoke(cli, ["ledger", "verify", "--no-projections", "--database-url", database_url])
     assert "lineage DIFFERS" in res.output and "10 rows" in res.output and "txn-0003" in res.output
+
+
+def test_record_logged_just_before_its_pod_was_observed_is_a_skew_window(hist):
+    """Observation lags creation: 0.4 s before the pod's first observation (uid in the envelope) or
+    just after its deletion is within the tolerance of the pod — ambiguous, never no-pod, never a guess."""
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    uid, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0, T0 + 600 * S)
+    recs = {
+        "0.4 s before, by uid": h.record("t-before-uid", T0 - 400_000_000, pod_uid=uid),
+        "0.4 s before, by name": h.record("t-before-name", T0 - 400_000_000, pod="fraud-scorer-0"),
+        "0.4 s after deletion": h.record("t-after-uid", T0 + 600 * S + 400_000_000, pod_uid=uid),
+        "5 s before": h.record("t-early", T0 - 5 * S, pod_uid=uid),
+        "5 s after deletion": h.record("t-late", T0 + 605 * S, pod="fraud-scorer-0"),
+    }
+    attribute_run(h.s, cluster=CLUSTER)
+    rows = {label: h.s.execute(select(Lineage.status, Lineage.reason, Lineage.physical_gpu_uuid)
+                               .where(Lineage.record_id == rid)).one()._tuple() for label, rid in recs.items()}
+    assert rows == {
+        "0.4 s before, by uid": ("ambiguous", "skew-window", None),
+        "0.4 s before, by name": ("ambiguous", "skew-window", None),
+        "0.4 s after deletion": ("ambiguous", "skew-window", None),
+        "5 s before": ("unattributed", "no-pod", None),
+        "5 s after deletion": ("unattributed", "no-pod", None),
+    }
+    per_record = lineage_select(all=True, cluster=CLUSTER).subquery()  # each record its own point
+    assert {label: h.s.execute(select(per_record.c.status, per_record.c.reason)
+                               .where(per_record.c.record_id == rid)).one()._tuple()
+            for label, rid in recs.items()} == {label: row[:2] for label, row in rows.items()}
