@@ -73,6 +73,12 @@ so a run without new records or new history writes nothing. ``exact`` rows are n
 a history correction is what ``all=True`` is for. A cluster the watcher never recorded has no
 horizon: its rows are settled (coverage cannot start before the first watch).
 
+Settings: each run records its clock-skew tolerance, default cluster and serving-container pins
+once in ``attribution_settings`` and each row it writes names them (``lineage.settings_id``):
+rows of several runs with different tolerances coexist, ``tolerances_in_use`` tells a pack which
+are in force for its records, and ``verify_lineage`` (``draudit ledger verify``) recomputes every
+row with its own settings in a rolled-back savepoint and names the first row that differs.
+
 Concurrency: a run takes a PostgreSQL transaction-scoped advisory lock (``pg_advisory_xact_lock``)
 and, on SQLite, the database write lock as its first statement, so concurrent runs (two
 schedulers, the CLI) queue up; the second sees the first's rows and never collides on the
@@ -862,6 +868,25 @@ def settings_row(session: Session, *, skew_ns: int, cluster: str, serving_contai
         return found
     return session.execute(insert(AS).values(digest=digest, clock_skew_ns=skew_ns, cluster=cluster,
                                               serving_containers=pins).returning(AS.c.id)).scalar_one()
+
+
+def tolerances_in_use(session: Session, *where: ColumnElement[bool]) -> dict[float | None, int]:
+    """The clock-skew tolerances the stored lineage of a set of records was computed with.
+
+    ``where``: conditions over ``inference_records`` (and ``lineage``), e.g. a pack's scope filter;
+    none = every lineage row. One GROUP BY over the rows' ``attribution_settings``.
+
+    Returns:
+        ``{tolerance in seconds: lineage rows}`` in ascending order; the key ``None`` counts rows
+        written without recorded settings (outside ``attribute_run``). Records without a lineage
+        row are not counted. A pack states the tolerance from this, not from its own setting.
+    """
+    rows = session.execute(
+        select(AS.c.clock_skew_ns, func.count()).select_from(
+            R.join(L, L.c.record_id == R.c.id).outerjoin(AS, AS.c.id == L.c.settings_id))
+        .where(*where).group_by(AS.c.clock_skew_ns)).all()
+    found = {None if ns is None else ns / NS_PER_S: n for ns, n in rows}
+    return {k: found[k] for k in sorted(found, key=lambda k: (k is None, k or 0.0))}
 
 
 def history_horizons(session: Session) -> dict[str, int]:

@@ -4,13 +4,14 @@ first edited row; attribution's reasons near a pod's first/last observation and 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 from click.testing import CliRunner
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 
 from collector.cli import cli
-from collector.lineage import attribute_run, lineage_select, verify_lineage
-from collector.store.models import Lineage
+from collector.lineage import attribute_run, lineage_select, tolerances_in_use, verify_lineage
+from collector.store.models import InferenceRecord, Lineage
 from tests.test_lineage import CLUSTER, GPU_A, GPU_B, S, T0, History, hist, single_gpu_pod  # noqa: F401 (fixture)
 
 FAKE = "GPU-FAKE-0000"
@@ -123,3 +124,20 @@ def test_record_logged_just_before_its_pod_was_observed_is_a_skew_window(hist):
     assert {label: h.s.execute(select(per_record.c.status, per_record.c.reason)
                                .where(per_record.c.record_id == rid)).one()._tuple()
             for label, rid in recs.items()} == {label: row[:2] for label, row in rows.items()}
+
+
+def test_tolerances_in_use_are_those_the_rows_were_computed_with(hist):
+    """`attribute --all --clock-skew-s 30` then a pack: the pack must state 30 s, not its own 2 s."""
+    h = hist
+    recs = _two_pods(h)
+    assert tolerances_in_use(h.s) == {}
+    attribute_run(h.s, all=True, cluster=CLUSTER, clock_skew_s=30)
+    assert tolerances_in_use(h.s) == {30.0: 10}
+    later = h.record("txn-later", T0 + 900 * S, pod="fraud-scorer-0")
+    attribute_run(h.s, cluster=CLUSTER, clock_skew_s=2.5)
+    assert tolerances_in_use(h.s) == {2.5: 1, 30.0: 10}
+    assert tolerances_in_use(h.s, InferenceRecord.id == later) == {2.5: 1}
+    assert tolerances_in_use(h.s, InferenceRecord.id.in_(list(recs.values()))) == {30.0: 10}
+    h.s.execute(insert(Lineage).values(record_id=h.record("txn-hand", T0 + 950 * S), status="unattributed",
+                                       reason="no-pod", attributed_at=datetime.now(timezone.utc)))
+    assert tolerances_in_use(h.s) == {2.5: 1, 30.0: 10, None: 1}
