@@ -4,7 +4,8 @@ Input is one ``Bar`` per allocation result in the period (from the allocation-ep
 ``sharing_segments`` finds when two or more claims held devices of one physical GPU at the same
 time, who they belonged to, and whether hardware partitioning (distinct MIG devices) separated
 them. ``timeline_svgs`` draws the allocation timeline as inline SVG: one lane per physical GPU,
-one bar per claim coloured by tenant, MIG slices in their own sub-rows with a dashed outline.
+one bar per claim coloured by tenant, concurrent claims on stacked sub-rows, MIG slices in their
+own sub-rows with a dashed outline.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collector.timeutil import ns_to_rfc3339
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000",
            "#8C564B", "#7F7F7F", "#17BECF", "#BCBD22"]
 LANES_PER_CHART = 30
+ROWS_PER_CHART = 60  # sub-rows per chart: one chart fits an A4 page
+MAX_SUB_ROWS = 8  # stacked rows per device group in a lane
 
 
 @dataclass(frozen=True)
@@ -181,81 +184,168 @@ def step_text(step_ns: int) -> str:
 
 
 def timeline_svgs(bars: Sequence[Bar], period_from_ns: int, period_to_ns: int,
-                  lanes_per_chart: int = LANES_PER_CHART) -> list[str]:
-    """SVG documents (text) drawing the allocation timeline; one chart per ``lanes_per_chart`` GPUs.
+                  lanes_per_chart: int = LANES_PER_CHART, rows_per_chart: int = ROWS_PER_CHART) -> list[str]:
+    """SVG documents (text) drawing the allocation timeline, one lane per physical GPU.
 
-    Lanes are ordered by node then GPU UUID; inside a lane, whole-GPU allocations use the first row
-    and each MIG device has its own row (dashed outline). Bars are clipped to the period; their
+    Lanes are ordered by node then GPU UUID. Inside a lane, whole-GPU allocations come first, then
+    each MIG device (dashed outline); claims that overlap in time on the same device get stacked
+    sub-rows (``sub_rows``), so a later claim never hides an earlier one that continues. A chart
+    holds at most ``lanes_per_chart`` GPUs and ``rows_per_chart`` sub-rows (so it fits one A4 page);
+    a lane taller than that gets a chart of its own. Bars are clipped to the period; their
     ``<title>`` names the tenant, claim, device and interval. All text is XML-escaped.
     """
     colours = tenant_colours(b.tenant for b in bars)
     lanes: dict[str, list[Bar]] = {}
     nodes: dict[str, str] = {}
     for b in bars:
-        lanes.setdefault(b.physical_gpu_uuid, []).append(b)
-        nodes.setdefault(b.physical_gpu_uuid, b.node_name or "")
-    order = sorted(lanes, key=lambda g: (nodes[g], g))
-    charts = [order[i:i + lanes_per_chart] for i in range(0, len(order), lanes_per_chart)] or [[]]
-    return [_chart(chunk, lanes, nodes, colours, period_from_ns, period_to_ns) for chunk in charts]
+        if min(b.to_ns if b.to_ns is not None else period_to_ns, period_to_ns) > max(b.from_ns, period_from_ns):
+            lanes.setdefault(b.physical_gpu_uuid, []).append(b)
+            nodes.setdefault(b.physical_gpu_uuid, b.node_name or "")
+    layouts = {g: lane_rows(lanes[g], period_to_ns) for g in lanes}
+    charts: list[list[str]] = [[]]
+    rows_in_chart = 0
+    for gpu in sorted(lanes, key=lambda g: (nodes[g], g)):
+        rows = len(layouts[gpu][1])
+        if charts[-1] and (len(charts[-1]) >= lanes_per_chart or rows_in_chart + rows > rows_per_chart):
+            charts.append([])
+            rows_in_chart = 0
+        charts[-1].append(gpu)
+        rows_in_chart += rows
+    return [_chart(chunk, layouts, nodes, colours, period_from_ns, period_to_ns) for chunk in charts]
 
 
-def _chart(gpus: list[str], lanes: dict[str, list[Bar]], nodes: dict[str, str], colours: dict[str, str],
-           t0: int, t1: int) -> str:
-    label_w, plot_w, row_h, pad = 250.0, 700.0, 12.0, 6.0
+def sub_rows(intervals: Sequence[tuple[int, int]]) -> list[int]:
+    """Row index per ``[start, end)`` interval so that intervals sharing a row never overlap.
+
+    Greedy interval-graph colouring: intervals taken by start, each on the lowest row free at its
+    start. This uses as many rows as the largest number of intervals overlapping at one instant
+    (optimal for interval graphs). Returned in the input order.
+    """
+    ends: list[int] = []  # last end per row
+    rows = [0] * len(intervals)
+    for i in sorted(range(len(intervals)), key=lambda i: (intervals[i][0], intervals[i][1], i)):
+        start, end = intervals[i]
+        row = next((r for r, last in enumerate(ends) if last <= start), len(ends))
+        if row == len(ends):
+            ends.append(end)
+        else:
+            ends[row] = end
+        rows[i] = row
+    return rows
+
+
+def lane_rows(gbars: Sequence[Bar], period_to_ns: int) -> tuple[list[tuple[Bar, int]], list[str]]:
+    """(each bar with its row index, row labels) for one GPU lane.
+
+    Row groups: whole-GPU / shared-device allocations first, then one group per MIG device (by
+    device UUID); inside a group, concurrent claims are stacked (``sub_rows``). A group taller than
+    ``MAX_SUB_ROWS`` draws its extra concurrent claims over its last row (the label says so; the
+    sharing table lists every claim).
+    """
+    groups: dict[tuple[int, str], list[Bar]] = {}
+    for b in gbars:
+        key = (1, b.device_uuid or b.device_key) if b.is_mig else (0, "whole")
+        groups.setdefault(key, []).append(b)
+    placed: list[tuple[Bar, int]] = []
+    labels: list[str] = []
+    for key in sorted(groups):
+        members = sorted(groups[key], key=lambda b: (b.from_ns, b.claim_uid, b.device_key))
+        rows = sub_rows([(b.from_ns, b.to_ns if b.to_ns is not None else period_to_ns) for b in members])
+        height = min(max(rows) + 1, MAX_SUB_ROWS)
+        base = len(labels)
+        placed.extend((b, base + min(r, height - 1)) for b, r in zip(members, rows))
+        name = "whole GPU" if key[0] == 0 else (members[0].mig_profile or "MIG")
+        labels.extend([name] * height)
+        if max(rows) + 1 > height:
+            labels[-1] = f"{name} (+{max(rows) + 1 - height} more concurrent)"
+    return placed, labels
+
+
+# Geometry in SVG user units. The chart is drawn 100 % of the A4 text width (180 mm = 510 pt), so one
+# unit is 510 / CHART_WIDTH pt: font sizes of 7.8–8.5 units print at 6.6–7.2 pt.
+CHART_WIDTH, LABEL_WIDTH, RIGHT_MARGIN = 600.0, 192.0, 24.0  # the margin holds half of the last tick label
+ROW_H, LANE_PAD, LANE_MIN_H = 10.0, 4.0, 24.0
+FONT_UUID, FONT_TEXT, FONT_SMALL = 7.8, 8.5, 7.8
+
+
+def _legible_ticks(t0: int, t1: int, plot_w: float) -> tuple[int, list[tuple[int, str]]]:
+    """``axis_ticks`` with as many ticks as fit ``plot_w`` without their clock labels touching."""
+    for max_ticks in range(MAX_TICKS, 1, -1):
+        step, ticks = axis_ticks(t0, t1, max_ticks)
+        widest = max((len(label.rpartition(" ")[2]) for _t, label in ticks), default=0) * 0.62 * FONT_TEXT
+        if len(ticks) < 2 or plot_w * step / max(t1 - t0, 1) >= widest + 6:
+            return step, ticks
+    return step, ticks
+
+
+def _chart(gpus: list[str], layouts: dict[str, tuple[list[tuple[Bar, int]], list[str]]], nodes: dict[str, str],
+           colours: dict[str, str], t0: int, t1: int) -> str:
+    label_w, plot_w = LABEL_WIDTH, CHART_WIDTH - LABEL_WIDTH - RIGHT_MARGIN
     span = max(t1 - t0, 1)
 
     def x(ns: int) -> float:
         return label_w + plot_w * (min(max(ns, t0), t1) - t0) / span
 
     parts: list[str] = []
-    y = 28.0
+    top = 34.0
+    y = top
     for gpu in gpus:
-        gbars = lanes[gpu]
-        mig_rows = sorted({b.device_uuid or b.device_key for b in gbars if b.is_mig})
-        has_whole = any(not b.is_mig for b in gbars)
-        rows = (["whole"] if has_whole else []) + mig_rows
-        lane_h = row_h * len(rows) + pad
+        placed, labels = layouts[gpu]
+        lane_h = max(ROW_H * len(labels) + LANE_PAD, LANE_MIN_H)
         parts.append(f'<rect x="0" y="{y:.1f}" width="{label_w + plot_w:.1f}" height="{lane_h:.1f}" fill="#f6f6f6" '
-                     f'stroke="#dddddd" stroke-width="0.5"/>')
-        mig_note = f" · MIG ×{len(mig_rows)}" if mig_rows else ""
-        parts.append(f'<text x="4" y="{y + 10:.1f}" font-size="8" font-family="DejaVu Sans Mono, monospace">'
-                     f'{escape(gpu)}</text>')
-        parts.append(f'<text x="4" y="{y + 19:.1f}" font-size="7" fill="#555555">{escape(nodes[gpu])}{escape(mig_note)}</text>')
-        for b in sorted(gbars, key=lambda b: (b.from_ns, b.claim_uid, b.device_key)):
-            row = rows.index(b.device_uuid or b.device_key) if b.is_mig else 0
+                     f'stroke="#bbbbbb" stroke-width="0.5"/>')
+        migs = len({b.device_uuid or b.device_key for b, _ in placed if b.is_mig})
+        groups = {b.device_uuid or b.device_key if b.is_mig else "" for b, _ in placed}
+        stacked = len(labels) - len(groups)
+        overflow = [label for label in labels if label.endswith("more concurrent)")]
+        note = "".join([f" · MIG ×{migs}" if migs else "", f" · {stacked} stacked row(s)" if stacked else ""])
+        parts.append(f'<text x="3" y="{y + 9:.1f}" font-size="{FONT_UUID}" '
+                     f'font-family="DejaVu Sans Mono, monospace">{escape(gpu)}</text>')
+        parts.append(f'<text x="3" y="{y + 19:.1f}" font-size="{FONT_SMALL}" fill="#444444">'
+                     f'{escape(nodes[gpu])}{escape(note)}</text>')
+        for i, label in enumerate(overflow):  # only when a group exceeds MAX_SUB_ROWS (lane ≥ 8 rows high)
+            parts.append(f'<text x="3" y="{y + 29 + 10 * i:.1f}" font-size="{FONT_SMALL}" fill="#a00000">'
+                         f'{escape(label)} on its last row</text>')
+        for row in range(1, len(labels)):  # a thin rule between stacked rows
+            ry = y + LANE_PAD / 2 + row * ROW_H
+            parts.append(f'<line x1="{label_w:.1f}" y1="{ry:.1f}" x2="{label_w + plot_w:.1f}" y2="{ry:.1f}" '
+                         f'stroke="#e0e0e0" stroke-width="0.4"/>')
+        for b, row in placed:
             end = b.to_ns if b.to_ns is not None else t1
-            if end <= t0 or b.from_ns >= t1:
-                continue
             bx, bw = x(b.from_ns), max(x(end) - x(b.from_ns), 1.0)
-            by = y + pad / 2 + row * row_h
+            by = y + LANE_PAD / 2 + row * ROW_H + 1
             style = 'stroke="#222222" stroke-width="0.8" stroke-dasharray="2,1"' if b.is_mig else \
                 'stroke="#ffffff" stroke-width="0.4"'
             opacity = "0.35" if b.admin_access else "0.9"
             title = (f"{b.tenant}: {b.namespace}/{b.claim_name} on {b.device_key}"
                      f"{' (' + b.mig_profile + ')' if b.mig_profile else ''} "
                      f"{ns_to_rfc3339(b.from_ns)} – {ns_to_rfc3339(b.to_ns) or 'still allocated'}")
-            parts.append(f'<rect x="{bx:.2f}" y="{by:.2f}" width="{bw:.2f}" height="{row_h - 2:.1f}" '
+            parts.append(f'<rect x="{bx:.2f}" y="{by:.2f}" width="{bw:.2f}" height="{ROW_H - 2:.1f}" '
                          f'fill="{colours[b.tenant]}" fill-opacity="{opacity}" {style}>'
                          f'<title>{escape(title)}</title></rect>')
         y += lane_h + 2
-    step, ticks = axis_ticks(t0, t1)
-    axis = [f'<line x1="{label_w}" y1="20" x2="{label_w + plot_w}" y2="20" stroke="#333333" stroke-width="0.6"/>']
+    step, ticks = _legible_ticks(t0, t1, plot_w)
+    axis = [f'<line x1="{label_w}" y1="{top - 6}" x2="{label_w + plot_w}" y2="{top - 6}" stroke="#333333" '
+            f'stroke-width="0.6"/>']
     for tick, label in ticks:
         tx = x(tick)
-        anchor = "start" if tx - label_w < 15 else ("end" if label_w + plot_w - tx < 15 else "middle")
-        axis.append(f'<line x1="{tx:.1f}" y1="17" x2="{tx:.1f}" y2="{y:.1f}" stroke="#bbbbbb" stroke-width="0.3"/>')
+        anchor = "start" if tx - label_w < 12 else "middle"
+        axis.append(f'<line x1="{tx:.1f}" y1="{top - 9}" x2="{tx:.1f}" y2="{y:.1f}" stroke="#bbbbbb" '
+                    f'stroke-width="0.3"/>')
         day, _, clock = label.rpartition(" ")  # a new UTC day's date goes on a row above the clock time
         if day:
-            axis.append(f'<text x="{tx:.1f}" y="5.5" font-size="6" fill="#555555" text-anchor="{anchor}">'
-                        f'{escape(day)}</text>')
-        axis.append(f'<text x="{tx:.1f}" y="13" font-size="7" text-anchor="{anchor}">{escape(clock)}</text>')
-    axis.append(f'<text x="4" y="13" font-size="7" fill="#555555">GPU UUID / node · time UTC, grid every '
+            axis.append(f'<text x="{tx:.1f}" y="8" font-size="{FONT_SMALL}" fill="#444444" '
+                        f'text-anchor="{anchor}">{escape(day)}</text>')
+        axis.append(f'<text x="{tx:.1f}" y="{top - 12}" font-size="{FONT_TEXT}" text-anchor="{anchor}">'
+                    f'{escape(clock)}</text>')
+    axis.append(f'<text x="3" y="8" font-size="{FONT_SMALL}" fill="#444444">GPU UUID / node · time UTC,</text>')
+    axis.append(f'<text x="3" y="{top - 12}" font-size="{FONT_SMALL}" fill="#444444">grid every '
                 f'{escape(step_text(step))}</text>')
     height = y + 4
     if not gpus:
-        axis.append(f'<text x="{label_w}" y="40" font-size="9">No allocations in the period.</text>')
-        height = 50
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {label_w + plot_w:.0f} {height:.0f}" '
+        axis.append(f'<text x="{label_w}" y="{top + 14}" font-size="{FONT_TEXT}">No allocations in the period.</text>')
+        height = top + 24
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {CHART_WIDTH:.0f} {height:.0f}" '
             f'width="100%" role="img" aria-label="Allocation timeline per physical GPU" '
             f'font-family="DejaVu Sans, sans-serif">' + "".join(axis + parts) + "</svg>")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -20,7 +21,7 @@ from reports.manifest import (
 )
 from reports.finding_text import Allocation, FindingFacts, describe
 from reports.populations import Scope, coverage_summary
-from reports.timeline import Bar, axis_ticks, sharing_segments, step_text, timeline_svgs
+from reports.timeline import CHART_WIDTH, LABEL_WIDTH, RIGHT_MARGIN, Bar, axis_ticks, sharing_segments, step_text, sub_rows, timeline_svgs
 
 S = 1_000_000_000
 FILES = {"index.html": b"<html>pack</html>", "data/findings.csv": b"rule\nisolation\n"}
@@ -155,3 +156,45 @@ def test_findings_in_words_name_the_pods_of_each_tenant_and_spell_out_the_eviden
     [g] = describe([{"subjects": {"cluster": "c1"}, "evidence": {"counts": {"exact": 3, "records": 4}}}], facts, str)
     assert g["headline"] is None and g["subject_rows"] == [("Cluster", ["c1"])]
     assert g["evidence_rows"][0]["lines"] == ["exact 3, records 4"]
+
+
+def _rects(svg: str) -> list[tuple[float, float, float, str]]:
+    """(x, y, width, title) of every bar in a timeline SVG."""
+    return [(float(x), float(y), float(w), t) for x, y, w, t in
+            re.findall(r'<rect x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" height="[\d.]+" fill="#[0-9A-F]{6}"'
+                       r'[^>]*><title>([^<]*)</title>', svg)]
+
+
+def test_timeline_stacks_concurrent_claims_so_a_later_tenant_never_hides_an_earlier_one():
+    gpu, mig_gpu = "GPU-7f3c2a1e-4b5d-6e7f-8091-a2b3c4d5e6f7", "GPU-19d8e7f6-0a1b-2c3d-4e5f-60718293a4b5"
+    bars = [
+        _bar(gpu, "gpu.nvidia.com/node-a/gpu-0", "risk", "fraud-0-gpu", 0, None),  # runs on under the KYC claim
+        _bar(gpu, "gpu.nvidia.com/node-a/gpu-0", "kyc", "kyc-ocr-gpu", 30, 60),
+        _bar(gpu, "gpu.nvidia.com/node-a/gpu-0", "risk", "fraud-1-gpu", 70, 90),  # after KYC: reuses its row
+        _bar(mig_gpu, "gpu.nvidia.com/node-b/mig-1", "risk", "fraud-mig", 0, 100, mig=True),
+        _bar(mig_gpu, "gpu.nvidia.com/node-b/mig-2", "marketing", "recsys-mig", 10, 50, mig=True),
+    ]
+    [svg] = timeline_svgs(bars, 0, 100 * S)
+    rows = {t.split(" on ")[0]: y for _x, y, _w, t in _rects(svg)}
+    risk, kyc, later = rows["risk: risk-ns/fraud-0-gpu"], rows["kyc: kyc-ns/kyc-ocr-gpu"], rows["risk: risk-ns/fraud-1-gpu"]
+    assert kyc > risk and later == kyc  # the overlapping claim is on its own sub-row; the later one reuses it
+    fraud = next(r for r in _rects(svg) if "fraud-0-gpu" in r[3])
+    assert fraud[2] == pytest.approx(CHART_WIDTH - LABEL_WIDTH - RIGHT_MARGIN)  # drawn over the whole period, not overpainted
+    mig_rows = {rows["risk: risk-ns/fraud-mig"], rows["marketing: marketing-ns/recsys-mig"]}
+    assert len(mig_rows) == 2 and not mig_rows & {risk, kyc}  # each MIG device its own row, in its own lane
+    assert svg.count('stroke-dasharray="2,1"') == 2
+    # legible in print: the chart is 180 mm (510 pt) wide, every font size prints at 6.5 pt or more
+    sizes = [float(s) for s in re.findall(r'font-size="([\d.]+)"', svg)]
+    assert min(sizes) * 510 / CHART_WIDTH >= 6.5
+    assert sub_rows([(0, 10), (5, 15), (10, 20), (12, 30), (20, 25)]) == [0, 1, 0, 2, 0]
+
+
+def test_timeline_charts_stay_page_sized_when_many_claims_overlap():
+    bars = [_bar(f"GPU-{g:08d}-0000-0000-0000-000000000000", "gpu.nvidia.com/n/gpu-0", f"t{c % 3}", f"c{g}-{c}", c, 100)
+            for g in range(12) for c in range(g)]  # GPU g holds g concurrent claims
+    svgs = timeline_svgs(bars, 0, 100 * S)
+    for svg in svgs:
+        height = float(re.search(r'viewBox="0 0 \d+ (\d+)"', svg).group(1))
+        assert height * 510 / CHART_WIDTH < 700  # fits the A4 text height (about 720 pt)
+    assert sum(len(_rects(s)) for s in svgs) == len(bars)
+    assert "whole GPU (+3 more concurrent) on its last row" in "".join(svgs)  # 11 concurrent claims, 8 rows drawn
