@@ -3,10 +3,16 @@
 Portable SQLAlchemy Core (CTEs, window functions, temporary tables), no Python loop over rows.
 Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
 
-1. **coverage** — ``t`` must lie in a *synced* coverage interval of ``Pod``, ``ResourceClaim`` and
-   ``ResourceSlice`` (a closed ``coverage_intervals`` row ``[started_ns, ended_ns)`` or the open
-   ``watch_state`` interval since ``state_since_ns``). Otherwise the record is ``unattributed`` /
-   ``coverage-gap``: a gap, or a time before the watcher ever synced, is not evidence.
+0. **identity** — a record with neither a pod uid nor a namespace and name names no pod:
+   ``unattributed`` / ``no-pod``, whatever the history.
+1. **coverage** — the record's cluster (``cluster``, else the run's default) must have a watch
+   history at all (``watch_state`` or ``coverage_intervals`` rows); otherwise ``unattributed`` /
+   ``unknown-cluster`` (usually records ingested under another cluster name than the watcher's:
+   ``draudit attribute`` names the clusters the store knows). Then ``t`` must lie in a *synced*
+   coverage interval of ``Pod``, ``ResourceClaim`` and ``ResourceSlice`` (a closed
+   ``coverage_intervals`` row ``[started_ns, ended_ns)`` or the open ``watch_state`` interval since
+   ``state_since_ns``). Otherwise the record is ``unattributed`` / ``coverage-gap``: a gap, or a
+   time before the watcher ever synced, is not evidence.
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
    ``pod_states`` rows, none valid at ``t``, is ``no-pod``; a uid never projected is kept (only pods
@@ -265,7 +271,9 @@ def _skew_ns(clock_skew_s: float) -> int:
 
 
 def _in_gap(cluster: ColumnElement, t: ColumnElement) -> ColumnElement[int]:
-    """1 when ``t`` is outside the synced coverage of any of ``COVERAGE_KINDS`` in ``cluster``, else 0."""
+    """2 when ``cluster`` has no watch history at all (no ``watch_state`` nor ``coverage_intervals``
+    row), 1 when ``t`` is outside the synced coverage of any of ``COVERAGE_KINDS`` in it, else 0."""
+    unknown = and_(~exists().where(WS.c.cluster == cluster), ~exists().where(CI.c.cluster == cluster))
     uncovered = []
     for kind in COVERAGE_KINDS:
         closed = exists().where(CI.c.cluster == cluster, CI.c.kind == kind, CI.c.state == "synced",
@@ -273,7 +281,7 @@ def _in_gap(cluster: ColumnElement, t: ColumnElement) -> ColumnElement[int]:
         open_ = exists().where(WS.c.cluster == cluster, WS.c.kind == kind, WS.c.state == "synced",
                                WS.c.state_since_ns <= t)
         uncovered.append(and_(~closed, ~open_))
-    return case((or_(*uncovered), 1), else_=0)
+    return case((unknown, 2), (or_(*uncovered), 1), else_=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,7 +293,8 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     """The attribution rule (module docstring, steps 1–6 but the skew test) at each point.
 
     ``points`` has the columns ``pid`` (unique), ``t`` (ns), ``cluster``, ``pod_uid``,
-    ``pod_namespace``, ``pod_name``, ``container_name`` (NULL when unknown) and ``in_gap`` (0/1).
+    ``pod_namespace``, ``pod_name``, ``container_name`` (NULL when unknown) and ``in_gap``
+    (``_in_gap``: 0 covered, 1 gap, 2 unknown cluster).
 
     Returns:
         A SELECT of ``pid``, ``VERDICT_COLUMNS`` (``status`` not yet downgraded to
@@ -466,7 +475,10 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     n_results = func.coalesce(pathagg.c.n_results, 0)
     n_gpus = func.coalesce(candagg.c.n_gpus, 0)
     n_candidates = func.coalesce(candagg.c.n_candidates, 0)
+    no_identity = and_(P.c.pod_uid.is_(None), or_(P.c.pod_namespace.is_(None), P.c.pod_name.is_(None)))
     decisions: list[tuple[ColumnElement[bool], str, str]] = [
+        (no_identity, "unattributed", "no-pod"),
+        (P.c.in_gap == 2, "unattributed", "unknown-cluster"),
         (P.c.in_gap == 1, "unattributed", "coverage-gap"),
         (podagg.c.pid.is_(None), "unattributed", "no-pod"),
         (podagg.c.n_pods > 1, "ambiguous", "several-pods"),
@@ -887,6 +899,11 @@ def tolerances_in_use(session: Session, *where: ColumnElement[bool]) -> dict[flo
         .where(*where).group_by(AS.c.clock_skew_ns)).all()
     found = {None if ns is None else ns / NS_PER_S: n for ns, n in rows}
     return {k: found[k] for k in sorted(found, key=lambda k: (k is None, k or 0.0))}
+
+
+def known_clusters(session: Session) -> list[str]:
+    """The clusters the store has watch history for (``watch_state`` or ``coverage_intervals``), sorted."""
+    return list(session.execute(union(select(WS.c.cluster), select(CI.c.cluster)).order_by("cluster")).scalars())
 
 
 def history_horizons(session: Session) -> dict[str, int]:

@@ -141,3 +141,29 @@ def test_tolerances_in_use_are_those_the_rows_were_computed_with(hist):
     h.s.execute(insert(Lineage).values(record_id=h.record("txn-hand", T0 + 950 * S), status="unattributed",
                                        reason="no-pod", attributed_at=datetime.now(timezone.utc)))
     assert tolerances_in_use(h.s) == {2.5: 1, 30.0: 10, None: 1}
+
+
+def test_unknown_cluster_and_missing_pod_identity_have_honest_reasons(sessions, database_url, monkeypatch):
+    """Ingested without --cluster ('default') into a store whose watcher recorded another cluster:
+    unknown-cluster with a hint naming the known clusters, not coverage-gap; no pod identity: no-pod."""
+    with sessions.begin() as session:
+        h = History(session)
+        h.covered()
+        h.gpu("gpu-node-a", "gpu-0", GPU_A)
+        uid, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+        known = h.record("txn-known", T0 + 60 * S, pod_uid=uid)
+        anonymous = h.record("txn-anon", T0 + 60 * S, namespace=None)
+        elsewhere = h.record("txn-default", T0 + 60 * S, pod_uid=uid)
+        anonymous_elsewhere = h.record("txn-default-anon", T0 + 60 * S, namespace=None)
+        gap = h.record("txn-gap", T0 - 7200 * S, pod_uid=uid)
+        session.execute(update(InferenceRecord).where(InferenceRecord.id.in_([elsewhere, anonymous_elsewhere]))
+                        .values(cluster="default"))
+    monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
+    res = CliRunner().invoke(cli, ["attribute", "--database-url", database_url])
+    assert res.exit_code == 0, res.output
+    assert "hint: 1 transaction(s) name a cluster the watcher never recorded" in res.output
+    assert f"the store knows: {CLUSTER}." in res.output
+    with sessions() as session:
+        got = dict(session.execute(select(Lineage.record_id, Lineage.reason)).all())
+    assert got == {known: None, anonymous: "no-pod", elsewhere: "unknown-cluster", anonymous_elsewhere: "no-pod",
+                   gap: "coverage-gap"}

@@ -50,7 +50,7 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
 
     Concurrent runs (the scheduler, another CLI) wait for each other.
     """
-    from collector.lineage import attribute_run
+    from collector.lineage import attribute_run, known_clusters
 
     settings = settings_from(database_url=database_url, clock_skew_s=clock_skew_s)
     _engine, sessions = open_store(settings)
@@ -58,6 +58,7 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
         summary = attribute_run(session, all=all_, clock_skew_s=settings.clock_skew_s,
                                 serving_containers=_serving_containers(serving), cluster=settings.cluster,
                                 settle_s=settle_s)
+        clusters = known_clusters(session)
     if output == "json":
         echo_json(summary.as_json())
         return
@@ -70,6 +71,11 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
         for reason, m in sorted(summary.by_reason.items()):
             if (reason in ambiguous_reasons) == (status == "ambiguous") and status != "exact":
                 click.echo(f"    {reason:<20}{m:>6}")
+    if summary.by_reason.get("unknown-cluster"):
+        click.echo(f"hint: {summary.by_reason['unknown-cluster']} transaction(s) name a cluster the watcher never "
+                   f"recorded (records without one count as {settings.cluster!r}); the store knows: "
+                   f"{', '.join(clusters) or 'no cluster (run `draudit watch` first)'}. A record's cluster "
+                   "must be the watcher's: `draudit ingest --cluster NAME` (or DRAUDIT_CLUSTER).")
     if summary.revisited:
         click.echo(f"re-evaluated {summary.revisited} recent unattributed/ambiguous transaction(s) "
                    f"(settle window {settle_s:g} s): {summary.revised} changed (counted above)")

@@ -448,7 +448,9 @@ class Lineage(Base):
 
     ``status`` is ``exact``, ``ambiguous`` or ``unattributed``; ``reason`` explains the last two
     (``skew-window``, ``several-devices``, ``several-pods``, ``no-pod``, ``no-claim``,
-    ``no-allocation``, ``no-device-record``, ``coverage-gap``). Derived data: recomputable from the
+    ``no-allocation``, ``no-device-record``, ``coverage-gap``, ``unknown-cluster`` — the record's
+    cluster has no watch history at all, e.g. ingested under another cluster name than the
+    watcher's). ``no-pod`` also covers a record without any pod identity. Derived data: recomputable from the
     store; written by ``collector.lineage.attribute`` (see its module docstring for the rule) with the
     settings ``settings_id`` names (``attribution_settings``); ``draudit ledger verify`` recomputes
     every row with them and reports the first difference.
