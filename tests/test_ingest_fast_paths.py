@@ -138,7 +138,8 @@ def test_a_pan_grouped_by_json_escaped_tabs_is_masked():
 # hex letters or separators.
 _PAN_PIECES = ["4111111111111111", "4012 8888 8888 1881", "4012-8888-8888-1881", "5555\t5555\t5555\t4444", "4111",
                "1a26f889-3870-4800-949e-259b5f0e1c2d", "12345678-1234-1234-1234-123456789012", "bd6851676693403612",
-               "abcdef", "ab", "cd", "x", "é", "%3D", "\b", "\f", "\n", " ", "-", "_", "0", "1111 ", "4929"]
+               "abcdef", "ab", "cd", "x", "é", "%3D", "\b", "\f", "\n", " ", "-", "_", "0", "1111 ", "4929",
+               "/", "\r", "  ", "\u00a0", "\\", "1111", "4111_1111", "4111/"]
 
 
 def test_the_line_pre_filter_passes_every_line_in_which_masking_finds_a_pan():

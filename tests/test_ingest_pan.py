@@ -102,3 +102,54 @@ def test_non_pans_next_to_the_new_separators_are_left_alone(text):
     from collector.ingest.pan import mask_text
 
     assert mask_text(text) == (text, 0)
+
+
+# Spellings a newcomer test found stored unmasked: separator runs (double spaces, CR LF), newlines,
+# slashes and underscores, as characters and as the JSON escapes a raw line shows them in (once, or
+# twice when an application's JSON line sits inside a shipper's JSON string).
+SEPARATOR_SPELLINGS = [
+    "4111  1111  1111  1111", "4111\n1111\n1111\n1111", "4111\\n1111\\n1111\\n1111", "4111\\\\n1111\\\\n1111\\\\n1111",
+    "4111/1111/1111/1111", "4111\\/1111\\/1111\\/1111", "4111_1111_1111_1111", "4111 - 1111 - 1111 - 1111",
+    "4111\r\n1111\r\n1111\r\n1111", "4111\\u00a01111\\u00a01111\\u00a01111", "4111\u00a0\u00a01111\u00a01111 1111",
+    "3782_822463_10005", "4111\\t\\t1111\\t\\t1111\\t\\t1111",
+]
+
+
+@pytest.mark.parametrize("spelling", SEPARATOR_SPELLINGS)
+def test_pans_split_by_runs_of_separators_and_their_escapes_are_masked(spelling):
+    from collector.ingest.pan import may_contain_pan
+
+    digits = "".join(c for c in spelling.replace("u00a0", "") if c.isdigit())
+    masked, n = mask_text(f"card {spelling} declined")
+    assert n == 1 and masked == f"card {digits[:6]}{'*' * (len(digits) - 10)}{digits[-4:]} declined"
+    assert may_contain_pan(f'{{"m":"card {spelling}"}}')
+
+
+@pytest.mark.parametrize("text", [
+    "file app_20250304_101500.log",                 # date_time in a file name: 14 digits, groups 8 and 6
+    "/data/2025/03/04/1741083300/part-0.log",        # dated path with an epoch directory
+    "at 1741083300\\n1741083301\\n",                # epoch seconds, one per line: 20 digits
+    "run_2025_03_04_1234_5678",                      # two-digit groups do not make a card number
+    "ids 12345678-1234-4111-1111-111111111111/4111", # a UUID next to a slash
+])
+def test_separator_runs_do_not_turn_dates_paths_and_ids_into_pans(text):
+    assert mask_text(text) == (text, 0)
+
+
+def test_a_hex_letter_that_is_a_json_escape_does_not_hide_a_pan():
+    # "\b4111…" in a raw line is a backspace escape before the PAN, not the hex token "b4111…".
+    assert mask_text('{"m":"\\b4111111111111111"}') == ('{"m":"\\b411111******1111"}', 1)
+
+
+def test_separators_written_as_unicode_escapes_in_a_raw_line_are_masked():
+    raw = '{"m":"4111\\u00201111\\u002d1111\\u005f1111"}'
+    assert mask_text(raw) == ('{"m":"411111******1111"}', 1)
+
+
+def test_a_pan_cut_by_the_line_limit_leaves_no_digits_before_the_cut():
+    from collector.ingest.parser import LineParser
+
+    head = '{"txn_id":"T-1","m":"card '
+    line = (head + "4111\\n1111\\n1111\\n1111" + "x" * 100 + '"}').encode()
+    (out,) = LineParser(max_line_bytes=len(head) + 14).feed_bytes(line, "src", "1")
+    assert out.reason.startswith("line-too-long") and out.raw_text == head.rstrip() + "…"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -356,3 +357,48 @@ def test_out_of_range_numbers_are_quarantined_and_the_rest_of_the_file_is_stored
     assert stored == ["T-OK-1", "T-OK-2"]
     assert "out of range" in reasons["2"] and "'latency_ms'" in reasons["2"]
     assert all("out of range" in reasons[p] for p in ("3", "4", "5:rl0.sl0.lr0", "6", "7"))
+
+
+# Separators a PAN arrives with, as the application writes them (json.dumps turns a newline into
+# the escape \n in the raw line; a shipper's envelope escapes it once more).
+PAN_SPELLINGS = ["4111  1111  1111  1111", "4111\n1111\n1111\n1111", "4111/1111/1111/1111", "4111_1111_1111_1111",
+                 "5555 - 5555 - 5555 - 4444", "3782\r\n822463\r\n10005"]
+_SEPARATORS = re.compile(r"[\s\-/_.\u00a0]|\\+(?:[ntr/]|u00a0)")
+
+
+def _database_text(engine, database_url, backend) -> str:
+    if backend == "postgresql":
+        dump = []
+        with engine.connect() as conn:
+            for table in ("inference_records", "quarantine", "ledger"):
+                dump += conn.execute(text(f"SELECT row_to_json(t)::text FROM {table} t")).scalars().all()
+        return "\n".join(dump)
+    engine.dispose()
+    db = Path(database_url.removeprefix("sqlite:///"))
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*")).decode("latin-1")
+
+
+@pytest.mark.parametrize("spelling", PAN_SPELLINGS)
+def test_no_pan_spelling_reaches_the_database_or_quarantine(sessions, engine, database_url, backend, tmp_path, spelling):
+    app = {"@timestamp": "2025-03-04T10:15:00.067Z", "ecs.version": "8.11", "txn_id": "T-PAN",
+           "message": f"declined card {spelling} for velocity", "card": spelling}
+    fluent = {"log": json.dumps(app), "kubernetes": {"namespace_name": "risk-inference", "pod_name": "p",
+                                                     "container_name": "api"}}
+    lines = [json.dumps(app),                                       # stored: message and attribute
+             json.dumps(dict(app, txn_id="T-PAN-2", card=None)).replace('"card": null', '"card": 1'),
+             json.dumps(fluent).replace("T-PAN", "T-PAN-3"),        # escaped twice inside the envelope
+             json.dumps({"no_txn": True, "note": f"card {spelling}"}),          # quarantined JSON
+             json.dumps(dict(fluent, log=f"plain text card {spelling}")),      # quarantined, in an envelope
+             f"plain text card {spelling}".replace("\n", " ").replace("\r", " ")]  # quarantined plain text
+    path = tmp_path / "pans.log"
+    path.write_text("\n".join(lines) + "\n")
+    counts = ingest_paths(sessions, settings_for(database_url), [path])
+    assert (counts.read, counts.stored, counts.quarantined) == (6, 3, 3) and counts.reconciles
+    assert counts.pan_masked == 8  # 2 + 1 + 2 stored, 1 per quarantined line
+    with sessions() as s:
+        message = s.execute(select(InferenceRecord.attributes).where(InferenceRecord.transaction_id == "T-PAN")).scalar_one()
+    digits = re.sub(r"\D", "", spelling)
+    assert message["card"] == f"{digits[:6]}{'*' * (len(digits) - 10)}{digits[-4:]}"
+    blob = _database_text(engine, database_url, backend)
+    assert "T-PAN-3" in blob  # we are looking at the right data
+    assert digits not in _SEPARATORS.sub("", blob), f"full PAN spelled {spelling!r} found in the {backend} database"

@@ -1,13 +1,25 @@
-"""Card-number (PAN) masking: no full primary account number is ever stored (PCI DSS v4.0 req. 3.3-3.5).
+r"""Card-number (PAN) masking: no full primary account number is ever stored (PCI DSS v4.0 req. 3.3-3.5).
 
-A PAN candidate is a run of 13-19 decimal digits, optionally grouped by single separators — space,
-dash, dot, tab, no-break / narrow / figure / thin space (``4111 1111 1111 1111``,
-``6011.0009.9013.9424``, ``4012\t8888\t8888\t1881``) — that passes the Luhn check (ISO/IEC 7812-1
-annex B). Full-width digits (``４１１１…``) count as digits. Letters next to the run do not
+A PAN candidate is a run of 13-19 decimal digits that passes the Luhn check (ISO/IEC 7812-1
+annex B), written in one of these ways:
+
+- grouped in any way by single separators — space, dash, tab, no-break / narrow / figure / thin
+  space (``4111 1111 1111 1111``, ``3782 822463 10005``, ``4012\t8888\t8888\t1881``);
+- in groups of 3 to 6 digits (how card numbers are printed: 4-4-4-4, 4-6-5, 4-4-4-4-3) separated
+  by runs of up to three separator units, a unit being one of the characters above, a newline,
+  CR, slash or underscore, or the JSON escape of one (``\n``, ``\t``, ``\r``, ``\/``,
+  ``\u00a0``…, with any number of backslashes: an application's JSON line inside a shipper's JSON
+  string is escaped twice): ``4111  1111  1111  1111``, ``4111\n1111\n1111\n1111``,
+  ``4111/1111/1111/1111``, ``4111_1111_1111_1111``. The group sizes keep dates and times in file
+  names and paths (``app_20250304_101500.log``, ``2025/03/04/1741083300``) from being candidates;
+- in dotted 4-digit groups (``6011.0009.9013.9424``). A dot is not a separator otherwise: it
+  would turn every epoch time with a fraction (``1795987769.834784``) into a candidate.
+
+Full-width digits (``４１１１…``) count as digits. Letters next to the run do not
 protect it (``PAN4111…``, ``4111…EUR`` are masked) unless the letters and the run together form
 one hexadecimal token (a trace id, a container id, a digest: ``ab4111…cd``) or the run sits inside
-a UUID; a percent-escape before the run (``pan%3D4000…``, URL-encoded ``=``) is not part of a
-token. A match is replaced by its first 6
+a UUID; a percent-escape or a JSON escape before the run (``pan%3D4000…``, URL-encoded ``=``;
+``\b4111…``, a backspace) is not part of a token. A match is replaced by its first 6
 and last 4 digits with ``*`` in between, separators dropped: ``411111******1111`` — the most
 PCI DSS 3.4.1 allows to be shown. Runs longer than 19 digits are searched for a PAN that starts
 and ends on a group boundary (``ref 2024 4111 1111 1111 1111``).
@@ -24,13 +36,24 @@ from typing import Any
 PAN_MIN_DIGITS = 13
 PAN_MAX_DIGITS = 19
 
-# Separators people and systems put between digit groups. A dot is not among them: it would
-# turn every epoch timestamp with a fraction (1795987769.834784) into a candidate; dotted card
-# numbers are matched only in their 4-digit grouping (_DOTTED).
-_SEP = " \\-\t\u00a0\u2007\u2009\u202f"
-_SEP_RE = re.compile(f"[{_SEP}]")
-# A digit run with optional single separators, not touching another digit.
-_CANDIDATE = re.compile(rf"(?<!\d)\d(?:[{_SEP}]?\d){{12,}}(?!\d)")
+# Separators people and systems put between digit groups; a single one of these allows any
+# grouping. A dot is not among them: it would turn every epoch timestamp with a fraction
+# (1795987769.834784) into a candidate; dotted card numbers are matched only in their 4-digit
+# grouping (_DOTTED).
+_SINGLE_SEPARATORS = " -\t\u00a0\u2007\u2009\u202f"
+_SEP = _SINGLE_SEPARATORS.replace("-", "\\-")  # for a character class
+# Characters that also separate groups, in runs and next to groups of 3-6 digits only.
+_SEP_CHARS = _SEP + "\n\r/_"
+# One separator unit: a character, or its JSON escape with any number of backslashes (short
+# escapes \n \t \r \/, or \uXXXX for space, dash, slash, underscore, tab, LF, CR, the no-break spaces).
+_SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntr/]|u(?:00(?:20|2[dDfF]|5[fF]|0[9aAdD]|[aA]0)|200[79]|202[fF])))")
+_SEP_RUN = re.compile(f"{_SEP_UNIT}+")
+# Digits and separators at the end of a text: what may be the first part of a PAN cut off there.
+TRAILING_DIGIT_RUN = re.compile(rf"(?:\d|{_SEP_UNIT})+$")
+MAX_SEPARATOR_UNITS = 3
+MIN_GROUP_DIGITS, MAX_GROUP_DIGITS = 3, 6  # digits per group when separator runs or new separators are used
+# A digit run with separator runs between its digits, not touching another digit.
+_CANDIDATE = re.compile(rf"(?<!\d)\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12,}}(?!\d)")
 # Full-width digits (U+FF10..U+FF19) are read as ASCII digits before the search.
 _FULLWIDTH = {0xFF10 + i: ord("0") + i for i in range(10)}
 _FULLWIDTH_DIGIT = re.compile("[\uff10-\uff19]")
@@ -40,24 +63,26 @@ _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # A hex token (trace, span, container ids) with at least one letter, bounded by characters that
 # extend neither a digit run nor an alphanumeric token (see ``may_contain_pan``).
-_HEX_TOKEN = rf"(?<![\w%{_SEP}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w{_SEP}])"
+_HEX_TOKEN = rf"(?<![\w%\\{_SEP_CHARS}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w\\{_SEP_CHARS}])"
 # Either one, in one pass. The two never overlap (a hex token holds no dash and is bounded by
 # characters a UUID cannot contain), so this finds the UUIDs ``_UUID.finditer`` finds.
 _UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
-_MAYBE = re.compile(rf"\d(?:[{_SEP}]?\d){{12}}")
+_MAYBE = re.compile(rf"\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12}}")
 # Fast pre-filter for whole lines (C-speed translate + substring search instead of a regex that
-# is tried at every digit): digits become "1", spaces and dashes are deleted, then look for 13 ones.
+# is tried at every digit): digits become "1", separators are deleted, then look for 13 ones.
 _DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _THIRTEEN_ONES = b"1" * 13
 _DOTTED_GROUPS = b"1111.1111.1111"  # what every _DOTTED match looks like after _DIGITS_TO_ONES
-_SEP_BYTES = b" -\t" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
+# JSON escapes of separators, as the pre-filter deletes them (then every backslash: "\\\\n").
+_ESCAPED_SEP_BYTES = (b"\\n", b"\\t", b"\\r", b"\\/")
+_SEP_BYTES = b" -\t\n\r/_\\" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
 
 
 def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     """False when no field decoded from ``text`` (a raw JSON line) can hold a PAN.
 
-    Conservative: a text with no 13 digits in a row (ignoring every space and dash) and no
+    Conservative: a text with no 13 digits in a row (ignoring every separator and its escape) and no
     ``\\u`` escape cannot decode into a string or integer that has a PAN-like digit run. A JSON
     number in exponent form (``4.1111e15``) can; the decoder reports those
     (``exponent_numbers``). Lets the parser skip per-field masking for almost every line.
@@ -66,8 +91,6 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
         return True
     if not text.isascii() and _FULLWIDTH_DIGIT.search(text):
         return True
-    if "\\t" in text:  # the JSON escape of a tab separator: "4012\t8888\t8888\t1881"
-        text = text.replace("\\t", "\t")
     ones = text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES)
     if _DOTTED_GROUPS in ones and _DOTTED.search(text):  # _DOTTED needs three dotted 4-digit groups
         return True
@@ -87,9 +110,14 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
 
 
 def _has_digit_run(ones: bytes) -> bool:
-    """13 digits in a row once every separator byte is deleted (``ones``: digits already "1")."""
-    # Deleting the bytes of every separator (also the UTF-8 bytes of the no-break spaces) only
-    # makes this test more permissive, never less.
+    """13 digits in a row once every separator byte and separator escape is deleted (``ones``:
+    digits already "1")."""
+    # Deleting the bytes of every separator (also the UTF-8 bytes of the no-break spaces, and
+    # every backslash once the escapes \n \t \r \/ are gone) only makes this test more
+    # permissive, never less. bytes.replace is several times faster than a regex here.
+    if b"\\" in ones:
+        for escape in _ESCAPED_SEP_BYTES:
+            ones = ones.replace(escape, b"")
     return _THIRTEEN_ONES in ones.translate(None, _SEP_BYTES)
 
 
@@ -119,25 +147,34 @@ def mask_digits(digits: str) -> str:
     return digits[:6] + "*" * (len(digits) - 10) + digits[-4:]
 
 
+def _is_pan(groups: list[str], single: list[bool]) -> bool:
+    """True when the digit ``groups`` joined are a PAN in an accepted spelling (module docstring):
+    ``single[k]`` says whether the separator after ``groups[k]`` was one single separator."""
+    digits = "".join(groups)
+    if not PAN_MIN_DIGITS <= len(digits) <= PAN_MAX_DIGITS:
+        return False
+    if not all(single[:len(groups) - 1]) and not all(MIN_GROUP_DIGITS <= len(g) <= MAX_GROUP_DIGITS for g in groups):
+        return False
+    return luhn_ok(digits)
+
+
 def _mask_run(run: str) -> tuple[str, int]:
-    digits = _SEP_RE.sub("", run)
-    n = len(digits)
-    if PAN_MIN_DIGITS <= n <= PAN_MAX_DIGITS and luhn_ok(digits):
-        return mask_digits(digits), 1
-    # Otherwise look for PANs aligned on group boundaries (``ref 2024 4111 1111 1111 1111``,
-    # ``4111111111111111.0`` from a float), keeping the separators between the groups left.
-    tokens = _SEP_RE.split(run)
-    seps = _SEP_RE.findall(run)
-    if len(tokens) < 2:
+    if run.isdigit():
+        if PAN_MIN_DIGITS <= len(run) <= PAN_MAX_DIGITS and luhn_ok(run):
+            return mask_digits(run), 1
         return run, 0
+    # The whole run, else PANs aligned on group boundaries (``ref 2024 4111 1111 1111 1111``),
+    # keeping the separators between the groups left.
+    tokens = _SEP_RUN.split(run)
+    seps = _SEP_RUN.findall(run)
+    single = [len(sep) == 1 and sep in _SINGLE_SEPARATORS for sep in seps]
     out: list[str] = []
     count = 0
     i = 0
     while i < len(tokens):
         j_found = None
         for j in range(len(tokens), i, -1):
-            cand = "".join(tokens[i:j])
-            if PAN_MIN_DIGITS <= len(cand) <= PAN_MAX_DIGITS and luhn_ok(cand):
+            if _is_pan(tokens[i:j], single[i:]):
                 j_found = j
                 break
         if j_found is None:
@@ -174,6 +211,8 @@ def _inside_hex_token(text: str, start: int, end: int) -> bool:
         left -= 1
     if left < start and left >= 1 and _PERCENT_ESCAPE.search(text[:start]) and text[start - 3] == "%":
         left = start  # "%3D" before the run is an escaped character, not part of a hex token
+    elif left < start and left >= 1 and text[left - 1] == "\\":
+        left += 1  # "\b" before the run is a JSON escape (a backspace), not part of a hex token
     right = end
     while right < len(text) and text[right].isalnum():
         right += 1

@@ -21,7 +21,6 @@ range-checked while the record is built (``payloads.RecordBuilder``), never left
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -30,7 +29,7 @@ from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, records_from_json
-from collector.ingest.pan import NULL_MASKER, PanMasker, mask_text, may_contain_pan
+from collector.ingest.pan import NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_text, may_contain_pan
 from collector.ingest.payloads import PAYLOAD_FORMATS, TIME_KEYS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -38,8 +37,6 @@ from collector.store.canonical import canonical_json
 ENVELOPE_FORMATS = ("cri", "docker_json", "fluentbit", "fluentd", "vector", "elastic", "otlp")
 FORMATS = ("auto",) + ENVELOPE_FORMATS + PAYLOAD_FORMATS
 QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
-
-_TRAILING_DIGITS = re.compile(r"[\d \-]+$")
 
 
 
@@ -132,7 +129,7 @@ class LineParser:
         masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text))
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
-            masked = _TRAILING_DIGITS.sub("", masked) + "…"  # never keep a PAN cut in half
+            masked = TRAILING_DIGIT_RUN.sub("", masked) + "…"  # never keep a PAN cut in half
         return Outcome(self.masker.text(source), position, reason=self.masker.text(reason), raw_text=masked,
                        raw_sha256=hashlib.sha256(masked.encode("utf-8")).hexdigest())
 
