@@ -224,3 +224,43 @@ def test_one_out_of_range_value_quarantines_its_line_not_the_request(sessions, d
     assert r.status_code == 200, r.text
     assert r.json()["partialSuccess"]["rejectedLogRecords"] == "1"
     assert count(sessions, InferenceRecord) == 3
+
+
+def _fluentbit_records() -> list[dict]:
+    return [json.loads(line) for line in (DATA / "fluentbit_merge_log_key.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("content_type", ["application/msgpack", "application/x-msgpack", None])
+def test_a_msgpack_body_gets_415_naming_the_fluent_bit_setting(sessions, database_url, content_type):
+    """Older Fluent Bit releases default the http output to msgpack: [time, record] arrays."""
+    client = make_client(sessions, database_url)
+    # msgpack of [1741083300, {"log": "x"}]: fixarray(2), uint32, fixmap(1), fixstr "log", fixstr "x"
+    body = b"\x92\xce\x67\xc6\xd2\x24\x81\xa3log\xa1x"
+    headers = {**AUTH, "Content-Type": content_type} if content_type else AUTH
+    r = client.post("/v1/ingest", content=gzip.compress(body), headers={**headers, "Content-Encoding": "gzip"})
+    assert r.status_code == 415, r.text
+    assert "Format json_lines" in r.json()["error"]
+    assert count(sessions, Quarantine) == 0 and count(sessions, InferenceRecord) == 0
+
+
+def test_fluent_bit_json_stream_objects_back_to_back_are_units(sessions, database_url):
+    """``Format json_stream``: one JSON object per record with nothing between them."""
+    client = make_client(sessions, database_url)
+    records = _fluentbit_records()
+    body = "".join(json.dumps(r, separators=(",", ":")) for r in records) + ' {"half":'
+    r = client.post("/v1/ingest", content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 4, "stored": 2, "quarantined": 2}
+    with sessions() as s:
+        positions = s.execute(select(Quarantine.position, Quarantine.reason).order_by(Quarantine.id)).all()
+    assert [(p, reason.split(":")[0]) for p, reason in positions] == [
+        ("object 3", "missing-transaction-id"), ("object 4", "unparseable")]
+
+
+def test_split_json_stream_handles_braces_in_strings_and_separators():
+    from collector.ingest.http import split_json_stream
+
+    values, rest = split_json_stream(b'{"a":"}{"} {"b":[{}]}\r\n{"c":1}')
+    assert values == [b'{"a":"}{"}', b'{"b":[{}]}', b'{"c":1}'] and rest is None
+    values, rest = split_json_stream(b'{"a":1}{"b":2} garbage {"c":3}')
+    assert values == [b'{"a":1}', b'{"b":2}'] and rest == b'garbage {"c":3}'

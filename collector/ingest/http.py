@@ -1,10 +1,13 @@
 """HTTP ingestion for ``draudit run``: ``POST /v1/ingest`` (JSON lines / JSON array) and ``POST /v1/logs`` (OTLP/HTTP).
 
 - ``/v1/ingest`` takes what shippers send unchanged: Fluent Bit ``http`` output with
-  ``format json_lines`` (NDJSON) or ``json`` (one array), Vector ``http`` sink with
-  ``codec: json`` (array) or NDJSON framing, scripts posting lines. Each line / array element is
-  one unit, parsed exactly like a file line (``LineParser``), so an NDJSON body can quarantine one
-  bad event by its line number.
+  ``format json_lines`` (NDJSON), ``json`` (one array) or ``json_stream`` (objects back to back,
+  nothing between them), Vector ``http`` sink with ``codec: json`` (array) or NDJSON framing,
+  scripts posting lines. Each line / array element / object is one unit, parsed exactly like a
+  file line (``LineParser``), so an NDJSON body can quarantine one bad event by its line number.
+  A msgpack body (``Content-Type: application/msgpack``, the ``format`` older Fluent Bit releases
+  default to, or a body starting with a msgpack array byte) is answered 415 naming the setting to
+  change: it cannot be read, and quarantining it as text would answer 200 for lost records.
 - ``/v1/logs`` implements the OTLP/HTTP logs receiver (opentelemetry-proto
   ``docs/specification.md``): ``application/x-protobuf`` or ``application/json`` in, the
   ``ExportLogsServiceResponse`` out in the same encoding, ``partial_success.rejected_log_records``
@@ -151,6 +154,54 @@ def split_json_array(body: bytes) -> tuple[list[bytes], bytes | None]:
     return elements, (tail or b"[unterminated array]")
 
 
+def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
+    """Top-level JSON objects written back to back (Fluent Bit ``format json_stream``), found
+    without decoding (iterative, no recursion); whitespace between them is allowed.
+
+    Returns:
+        ``(objects, rest)``: ``rest`` holds the text from the first byte that does not start an
+        object, or the unterminated last object, when there is any (quarantined by the caller),
+        else None.
+    """
+    objects: list[bytes] = []
+    end = depth = start = 0
+    for m in _ARRAY_TOKEN.finditer(body):
+        c = body[m.start()]
+        if depth == 0:
+            if c != 0x7B or body[end:m.start()].strip():  # only whitespace, then "{", between objects
+                return objects, body[end:].strip() or None
+            start = m.start()
+        if c == 0x22:  # a string literal
+            continue
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+        elif c in (0x5D, 0x7D):  # ] }
+            depth -= 1
+            if depth == 0:
+                end = m.end()
+                objects.append(body[start:end])
+    return objects, body[end:].strip() or None
+
+
+def _json_stream(body: bytes) -> tuple[list[bytes], bytes | None] | None:
+    """``split_json_stream(body)`` when the body's first line holds more than one JSON object
+    (NDJSON has one per line), else None."""
+    newline = body.find(b"\n")
+    first_line = body if newline < 0 else body[:newline]
+    objects, rest = split_json_stream(first_line)
+    if len(objects) + (rest is not None and rest.startswith(b"{")) < 2:
+        return None
+    return (objects, rest) if newline < 0 else split_json_stream(body)
+
+
+def _reject_msgpack(content_type: str, body: bytes | None = None) -> None:
+    """Raise 415 for a msgpack body: by its content type, or by its first byte (a msgpack fixarray,
+    0x90-0x9F, which no UTF-8 text starts with; Fluent Bit sends ``[time, record]`` arrays)."""
+    if "msgpack" in content_type or (body and 0x90 <= body[0] <= 0x9F):
+        raise HttpProblem(415, f"body is msgpack (Content-Type {content_type or '(none)'!r}); /v1/ingest reads JSON: "
+                               "set the Fluent Bit http output to 'Format json_lines' (or 'json')")
+
+
 def _new_run(settings: Settings, sessions: sessionmaker[Session], request_id: str) -> IngestRun:
     return IngestRun(sessions, settings, one_transaction=True, run_id=request_id)
 
@@ -161,20 +212,32 @@ def _request_id(request: Request) -> str:
 
 
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
-    """Feed an NDJSON body or a JSON-array body to ``run`` (no commit)."""
-    parser = run.parser
+    """Feed an NDJSON body, a JSON-array body or a JSON-object stream to ``run`` (no commit).
+
+    Units are positioned ``<line>``, ``element <i>`` or ``object <i>``.
+    """
     head = body.lstrip()[:1]
     if head == b"[":
-        elements, rest = split_json_array(body)
-        for i, element in enumerate(elements, start=1):
-            run.add(parser.feed_bytes(element, source, f"element {i}"))
-        if rest is not None:
-            run.add([parser.reject(rest[:65536].decode("utf-8", "replace"),
-                                   "unparseable: data after the JSON array or an unterminated array",
-                                   source, f"element {len(elements) + 1}", truncated=len(rest) > 65536)])
+        _add_values(run, source, *split_json_array(body), "element",
+                    "unparseable: data after the JSON array or an unterminated array")
         return
+    stream = _json_stream(body) if head == b"{" else None
+    if stream is not None:
+        _add_values(run, source, *stream, "object",
+                    "unparseable: data after the last JSON object or an unterminated object")
+        return
+    parser = run.parser
     for n, line in enumerate(body.split(b"\n"), start=1):
         run.add(parser.feed_bytes(line, source, str(n)))
+
+
+def _add_values(run: IngestRun, source: str, values: list[bytes], rest: bytes | None, unit: str, reason: str) -> None:
+    parser = run.parser
+    for i, value in enumerate(values, start=1):
+        run.add(parser.feed_bytes(value, source, f"{unit} {i}"))
+    if rest is not None:
+        run.add([parser.reject(rest[:65536].decode("utf-8", "replace"), reason, source, f"{unit} {len(values) + 1}",
+                               truncated=len(rest) > 65536)])
 
 
 def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) -> list[Route]:
@@ -203,7 +266,10 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
                             otlp_json)
 
     async def ingest(request: Request, request_id: str) -> Response:
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        _reject_msgpack(ctype)
         body = await read_body(request, settings.ingest_max_body_bytes)
+        _reject_msgpack(ctype, body)
         source = f"http:{request_id}"
 
         def work() -> dict[str, Any]:
