@@ -46,14 +46,25 @@ class Allocation:
     mig_profile: str | None
     from_ns: int
     to_ns: int | None
+    stopped_at_ns: int | None = None  # still allocated when the collector stopped observing (to_ns is None)
 
     def text(self) -> str:
         """``ns/claim on driver/pool/device (GPU …, MIG 1g.12gb, node …) from … to …``."""
         where = ", ".join(x for x in (self.physical_gpu_uuid, self.mig_profile and f"MIG {self.mig_profile}",
                                        self.node_name and f"node {self.node_name}") if x)
-        until = f"to {ns_to_rfc3339(self.to_ns)}" if self.to_ns is not None else "still allocated at the period end"
+        if self.to_ns is not None:
+            until = f" to {ns_to_rfc3339(self.to_ns)}"
+        elif self.stopped_at_ns is not None:
+            until = f", {open_at_last_observation(self.stopped_at_ns)}"
+        else:
+            until = ", still allocated at the period end"
         return (f"claim {self.namespace}/{self.claim_name} on {self.device_key}{f' ({where})' if where else ''} "
-                f"from {ns_to_rfc3339(self.from_ns)}{' ' if self.to_ns is not None else ', '}{until}")
+                f"from {ns_to_rfc3339(self.from_ns)}{until}")
+
+
+def open_at_last_observation(stopped_at_ns: int) -> str:
+    """How the pack says that something was still going on when the collector stopped observing."""
+    return f"open at last observation, collector stopped at {ns_to_rfc3339(stopped_at_ns)}"
 
 
 @dataclass
@@ -62,7 +73,8 @@ class FindingFacts:
 
     ``pods``: (namespace, claim name) → [(pod name, from_ns, to_ns or None)];
     ``allocations``: evidence key → id → ``Allocation``; ``sharing``: (GPU UUID, from_ns, to_ns,
-    claims as ``ns/name``, hardware-partitioned) per sharing interval; ``nodes``: GPU UUID → node.
+    claims as ``ns/name``, hardware-partitioned) per sharing interval; ``nodes``: GPU UUID → node;
+    ``stops``: cluster → last observation when the collector stopped before the period end.
     """
 
     pods: dict[tuple[str, str], list[tuple[str, int, int | None]]] = field(default_factory=dict)
@@ -70,6 +82,7 @@ class FindingFacts:
         "allocation_results": {}, "allocation_episodes": {}})
     sharing: list[tuple[str, int, int, tuple[str, ...], bool]] = field(default_factory=list)
     nodes: dict[str, str] = field(default_factory=dict)
+    stops: dict[str, int] = field(default_factory=dict)
 
     def add_consumer(self, namespace: str, claim_name: str, pod: str, from_ns: int, to_ns: int | None) -> None:
         """Record that ``pod`` consumed the claim over ``[from_ns, to_ns)``."""
@@ -170,10 +183,24 @@ def headline(finding: dict[str, Any], who: Sequence[dict[str, Any]], facts: Find
     if mode:
         parts.append(mode)
     if finding.get("from"):
-        dur = duration_text(finding.get("from_ns"), finding.get("to_ns"))
-        parts.append(f"from {finding['from']} to {finding.get('to') or 'the end of the period'}"
-                     f"{f' ({dur})' if dur else ''}")
+        stop = _stop_within(finding, facts)
+        if stop is not None:
+            dur = duration_text(finding.get("from_ns"), stop)
+            parts.append(f"from {finding['from']}{f' ({dur} observed)' if dur else ''}, {open_at_last_observation(stop)}")
+        else:
+            dur = duration_text(finding.get("from_ns"), finding.get("to_ns"))
+            parts.append(f"from {finding['from']} to {finding.get('to') or 'the end of the period'}"
+                         f"{f' ({dur})' if dur else ''}")
     return " ".join(parts) + "."
+
+
+def _stop_within(finding: dict[str, Any], facts: FindingFacts) -> int | None:
+    """The collector's stop when the finding's interval runs past it (open or to the period end)."""
+    stop = facts.stops.get(finding.get("cluster") or "")
+    lo, hi = finding.get("from_ns"), finding.get("to_ns")
+    if stop is None or lo is None or lo >= stop or (hi is not None and hi <= stop):
+        return None
+    return stop
 
 
 def _values(value: Any) -> list[str]:
@@ -223,11 +250,13 @@ def evidence_rows(evidence: Any, facts: FindingFacts) -> list[dict[str, Any]]:
 def describe(findings: Iterable[dict[str, Any]], facts: FindingFacts,
              tenant_of: Callable[[str], str]) -> list[dict[str, Any]]:
     """The findings with their reading added: ``headline``, ``parties``, ``subject_rows``,
-    ``evidence_rows``, ``duration``. The input dicts are not changed."""
+    ``evidence_rows``, ``duration`` and ``open_note`` (set when the interval runs past the
+    collector's last observation). The input dicts are not changed."""
     out = []
     for f in findings:
         who = parties(f, facts, tenant_of)
         out.append({**f, "parties": who, "headline": headline(f, who, facts), "subject_rows": subject_rows(f["subjects"]),
                     "evidence_rows": evidence_rows(f["evidence"], facts),
-                    "duration": duration_text(f.get("from_ns"), f.get("to_ns"))})
+                    "duration": duration_text(f.get("from_ns"), _stop_within(f, facts) or f.get("to_ns")),
+                    "open_note": open_at_last_observation(stop) if (stop := _stop_within(f, facts)) else None})
     return out

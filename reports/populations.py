@@ -469,8 +469,11 @@ COVERAGE_COLUMNS = ("cluster", "kind", "state", "started", "ended", "started_ns"
                     "to_rv", "reason")
 
 
+STOPPED = "stopped"  # coverage state of a collector that shut down cleanly (collector.kube.recorder)
+
+
 def coverage(session: Session, scope: Scope) -> list[dict[str, Any]]:
-    """Observation intervals (synced / gap) per cluster and kind overlapping the period.
+    """Observation intervals (synced / gap / stopped) per cluster and kind overlapping the period.
 
     Closed intervals come from ``coverage_intervals``; the open one from ``watch_state`` (``open``
     true, ``ended`` = null). Ordered by cluster, kind, start.
@@ -491,9 +494,12 @@ def coverage(session: Session, scope: Scope) -> list[dict[str, Any]]:
 
 
 def coverage_summary(intervals: Sequence[dict[str, Any]], scope: Scope) -> list[dict[str, Any]]:
-    """Per (cluster, kind): seconds synced, in gap and unobserved within the period, and the gap count.
+    """Per (cluster, kind): seconds synced, in gaps, with the collector not running, and unobserved.
 
-    Intervals are clipped to the period; an open interval runs to the period end. Time covered by no
+    Intervals are clipped to the period; an open interval runs to the period end. ``gap`` intervals
+    (the watch stream lost while the collector ran) count as ``gap_s`` and ``gaps``; ``stopped``
+    (the collector shut down cleanly and had not come back) as ``stopped_s``, with ``stopped_at_ns``
+    the start of the open stopped interval (the last observation), else None. Time covered by no
     interval at all (before the watcher first started, or lost records) counts as ``unobserved_s``.
     Pure function.
     """
@@ -501,23 +507,42 @@ def coverage_summary(intervals: Sequence[dict[str, Any]], scope: Scope) -> list[
     by_kind: dict[tuple[str, str], dict[str, Any]] = {}
     for iv in intervals:
         key = (iv["cluster"], iv["kind"])
-        s = by_kind.setdefault(key, {"cluster": key[0], "kind": key[1], "synced_ns": [], "gap_ns": [], "gaps": 0})
+        s = by_kind.setdefault(key, {"cluster": key[0], "kind": key[1], "synced": [], "gap": [], "stopped": [],
+                                     "gaps": 0, "stopped_at_ns": None})
         start = max(iv["started_ns"], scope.from_ns)
         end = min(iv["ended_ns"] if iv["ended_ns"] is not None else scope.to_ns, scope.to_ns)
         if end <= start:
             continue
-        s["synced_ns" if iv["state"] == "synced" else "gap_ns"].append((start, end))
-        if iv["state"] != "synced":
+        state = iv["state"] if iv["state"] in ("synced", STOPPED) else "gap"
+        s[state].append((start, end))
+        if state == "gap":
             s["gaps"] += 1
+        elif state == STOPPED and iv["ended_ns"] is None:
+            s["stopped_at_ns"] = iv["started_ns"]
     out = []
     for key in sorted(by_kind):
         s = by_kind[key]
-        synced, gap = _union_ns(s["synced_ns"]), _union_ns(s["gap_ns"] )
-        covered = _union_ns(s["synced_ns"] + s["gap_ns"])
+        synced, gap, stopped = _union_ns(s["synced"]), _union_ns(s["gap"]), _union_ns(s["stopped"])
+        covered = _union_ns(s["synced"] + s["gap"] + s["stopped"])
         out.append({"cluster": s["cluster"], "kind": s["kind"], "synced_s": round(synced / 1e9, 3),
-                    "gap_s": round(gap / 1e9, 3), "unobserved_s": round(period_s - covered / 1e9, 3),
-                    "gaps": s["gaps"], "synced_fraction": round(synced / 1e9 / period_s, 6) if period_s else 0.0})
+                    "gap_s": round(gap / 1e9, 3), "stopped_s": round(stopped / 1e9, 3),
+                    "unobserved_s": round(period_s - covered / 1e9, 3), "gaps": s["gaps"],
+                    "stopped_at_ns": s["stopped_at_ns"],
+                    "synced_fraction": round(synced / 1e9 / period_s, 6) if period_s else 0.0})
     return out
+
+
+def collector_stops(intervals: Sequence[dict[str, Any]], scope: Scope) -> dict[str, int]:
+    """Cluster → the last observation: the earliest start of an open ``stopped`` interval (the
+    collector shut down and had not come back) before the period end. Clusters observed to the end
+    are absent. Nothing after that instant was observed: open allocations end there as far as the
+    pack can tell (clipped and flagged, never stated to the period end). Pure function.
+    """
+    stops: dict[str, int] = {}
+    for iv in intervals:
+        if iv["state"] == STOPPED and iv["ended_ns"] is None and iv["started_ns"] < scope.to_ns:
+            stops[iv["cluster"]] = min(stops.get(iv["cluster"], iv["started_ns"]), iv["started_ns"])
+    return stops
 
 
 def _union_ns(spans: Iterable[tuple[int, int]]) -> int:

@@ -140,6 +140,15 @@ def _fmt_bytes(n: int | None) -> str:
     return f"{gib:.1f} GiB" if gib >= 1 else f"{n / 2**20:.0f} MiB"
 
 
+def _fmt_pct(fraction: float) -> str:
+    """A share of the period with one decimal: ``28.1 %``; never rounds a partial share to 0 or 100 %."""
+    if 0 < fraction < 0.0005:
+        return "< 0.1 %"
+    if 0.9995 <= fraction < 1:
+        return "> 99.9 %"
+    return f"{fraction * 100:.1f} %"
+
+
 def _fmt_s(seconds: float) -> str:
     s = int(round(seconds))
     h, rem = divmod(s, 3600)
@@ -206,8 +215,9 @@ def pack_files(root: Path) -> Iterator[tuple[str, Path]]:
 class _Collector:
     """Compact summaries gathered while the populations stream past (bounded by devices and claims)."""
 
-    def __init__(self, scope: pop.Scope) -> None:
+    def __init__(self, scope: pop.Scope, stops: dict[str, int]) -> None:
         self.scope = scope
+        self.stops = stops  # cluster → last observation (collector stopped before the period end)
         self.gpus: dict[tuple[str, str], dict[str, Any]] = {}
         self.migs: dict[tuple[str, str], dict[str, Any]] = {}
         self.driver_seq: dict[tuple[str, str, str, str], list[tuple[int, str | None, str | None, str | None, int]]] = {}
@@ -240,17 +250,20 @@ class _Collector:
                                                    d["device_state_id"]))
 
     def episode_row(self, r) -> None:
+        """An allocation still open when its cluster's collector stopped ends at that last observation, flagged."""
         d = dict(zip(pop.EPISODE_COLUMNS, r))
+        stop = self.stops.get(d["cluster"]) if d["valid_to_ns"] is None else None
         self.bars.append(Bar(
             physical_gpu_uuid=d["physical_gpu_uuid"] or f"unresolved:{d['driver']}/{d['pool']}/{d['device']}",
             node_name=d["node_name"], device_key=f"{d['driver']}/{d['pool']}/{d['device']}",
             device_type=d["device_type"], device_uuid=d["device_uuid"], mig_profile=d["mig_profile"],
             tenant=d["tenant"], namespace=d["claim_namespace"], claim_name=d["claim_name"], claim_uid=d["claim_uid"],
-            from_ns=d["valid_from_ns"], to_ns=d["valid_to_ns"], admin_access=d["admin_access"]))
+            from_ns=d["valid_from_ns"], to_ns=d["valid_to_ns"] if stop is None else max(stop, d["valid_from_ns"]),
+            admin_access=d["admin_access"], stopped_at_ns=stop))
         self.facts.add_allocation(Allocation(
             d["allocation_result_id"], d["episode_id"], d["claim_namespace"], d["claim_name"],
             f"{d['driver']}/{d['pool']}/{d['device']}", d["physical_gpu_uuid"], d["node_name"], d["mig_profile"],
-            d["valid_from_ns"], d["valid_to_ns"]))
+            d["valid_from_ns"], d["valid_to_ns"], stop))
 
     def consumer_row(self, r) -> None:
         d = dict(zip(pop.CONSUMER_COLUMNS, r))
@@ -354,6 +367,7 @@ def _environment() -> Environment:
     env.filters["dt"] = _fmt_dt
     env.filters["bytes"] = _fmt_bytes
     env.filters["dur"] = _fmt_s
+    env.filters["pct"] = _fmt_pct
     env.globals["duration"] = duration_text
     env.filters["n"] = lambda v: f"{v:,}"  # thousands separated: 1,000,000
     return env
@@ -467,7 +481,10 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     """Write every population except the transaction lineage (whose count comes from its SQL summary)
     and gather the template context; ``lap(phase)`` is called after each phase (timings).
     Returns (context, manifest metadata, digests of the files written)."""
-    col = _Collector(scope)
+    coverage = pop.coverage(session, scope)  # first: where the collector stopped bounds what the pack states
+    stops = pop.collector_stops(coverage, scope)
+    col = _Collector(scope, stops)
+    col.facts.stops = stops
     counts: dict[str, int] = {}
     written: list[pop.WrittenPopulation] = []
     sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row,
@@ -480,7 +497,6 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         lap(population.name)
     findings = pop.findings(session, scope)
     written.append(pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings))
-    coverage = pop.coverage(session, scope)
     written.append(pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage))
     cov_summary = pop.coverage_summary(coverage, scope)
     segments = sharing_segments(col.bars, scope.from_ns, scope.to_ns)
@@ -506,14 +522,16 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     identity = {"period": period, "scope": scope_doc, "collector": __version__, "bundles": bundle_doc,
                 "ledger": [anchor_seq, anchor_hash], "counts": counts}
     pack_id = sha256_hex(canonical_json(identity))[:32]
-    gaps = [c for c in coverage if c["state"] != "synced"]
+    gaps = [c for c in coverage if c["state"] not in ("synced", pop.STOPPED)]
+    stopped = [c for c in coverage if c["state"] == pop.STOPPED]
     meta = {
         "pack_id": pack_id, "created": period["to"], "period": period, "scope": scope_doc,
         "collector": {"name": "draudit", "version": __version__},
         "policy_bundles": bundle_doc,
         "ledger": {"seq": anchor_seq, "entry_hash": anchor_hash,
                    "note": "last ledger entry covering evidence rows when the pack was rendered"},
-        "coverage": {"kinds": cov_summary, "gaps": len(gaps)},
+        "coverage": {"kinds": cov_summary, "gaps": len(gaps), "collector_not_running": len(stopped),
+                     "last_observation": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())}},
         "counts": counts,
         "clock_skew_tolerance_s": clock_skew_s,
     }
@@ -530,7 +548,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
         "sections": SECTIONS, "controls": controls_document(False)["controls"], "limit": HTML_ROW_LIMIT,
         "finding_limit": FINDING_DETAIL_LIMIT, "findings_by_rule": _findings_by_rule(findings),
-        "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps,
+        "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps, "stopped": stopped,
+        "stops": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())},
         "gpus": gpus, "migs": migs, "device_classes": device_classes,
         "svgs": svgs, "legend": legend(col.bars), "timeline_drawn": len(drawn_gpus),
         "timeline_omitted": len({b.physical_gpu_uuid for b in col.bars}) - len(drawn_gpus),

@@ -26,7 +26,11 @@ MAX_SUB_ROWS = 8  # stacked rows per device group in a lane
 
 @dataclass(frozen=True)
 class Bar:
-    """One allocation result on a physical GPU: [from_ns, to_ns) with ``to_ns`` None while still allocated."""
+    """One allocation result on a physical GPU: [from_ns, to_ns) with ``to_ns`` None while still allocated.
+
+    ``stopped_at_ns`` is set when the allocation was still open when the collector stopped observing
+    (``to_ns`` is then that instant, the last observation): what happened after it is not known.
+    """
 
     physical_gpu_uuid: str
     node_name: str | None
@@ -41,6 +45,14 @@ class Bar:
     from_ns: int
     to_ns: int | None
     admin_access: bool = False
+    stopped_at_ns: int | None = None
+
+    @property
+    def until_text(self) -> str:
+        """The end of the bar in words: a time, ``still allocated``, or open at the last observation."""
+        if self.stopped_at_ns is not None:
+            return f"open at last observation, collector stopped at {ns_to_rfc3339(self.stopped_at_ns)}"
+        return ns_to_rfc3339(self.to_ns) or "still allocated"
 
     @property
     def is_mig(self) -> bool:
@@ -58,6 +70,8 @@ class SharingSegment:
 
     ``partitioned`` is True when every claim held distinct MIG devices (hardware partitioning);
     False when two claims held the same device or a claim held the whole GPU next to others.
+    ``open_at_last_observation``: the interval ends where the collector stopped observing while
+    the claims were still allocated (``to_ns`` is the last observation, not a seen release).
     """
 
     physical_gpu_uuid: str
@@ -68,6 +82,7 @@ class SharingSegment:
     tenants: tuple[str, ...]
     devices: tuple[str, ...]
     partitioned: bool
+    open_at_last_observation: bool = False
 
     @property
     def cross_tenant(self) -> bool:
@@ -84,18 +99,20 @@ class SharingSegment:
                 "from": ns_to_rfc3339(self.from_ns), "to": ns_to_rfc3339(self.to_ns), "from_ns": self.from_ns,
                 "to_ns": self.to_ns, "duration_s": round((self.to_ns - self.from_ns) / 1e9, 3),
                 "tenants": ";".join(self.tenants), "cross_tenant": self.cross_tenant, "mode": self.mode,
-                "claims": ";".join(self.claims), "devices": ";".join(self.devices)}
+                "claims": ";".join(self.claims), "devices": ";".join(self.devices),
+                "open_at_last_observation": self.open_at_last_observation}
 
 
 SHARING_COLUMNS = ("physical_gpu_uuid", "node_name", "from", "to", "from_ns", "to_ns", "duration_s", "tenants",
-                   "cross_tenant", "mode", "claims", "devices")
+                   "cross_tenant", "mode", "claims", "devices", "open_at_last_observation")
 
 
 def sharing_segments(bars: Sequence[Bar], period_from_ns: int, period_to_ns: int) -> list[SharingSegment]:
     """Intervals where ≥ 2 distinct claims held devices of the same physical GPU, clipped to the period.
 
     Admin-access allocations (monitoring, ``adminAccess: true``) do not count as use. Consecutive
-    sub-intervals with the same claims are merged. Ordered by GPU, then start.
+    sub-intervals with the same claims are merged. An interval that ends at a bar's
+    ``stopped_at_ns`` is flagged ``open_at_last_observation``. Ordered by GPU, then start.
     """
     by_gpu: dict[str, list[Bar]] = {}
     for b in bars:
@@ -122,10 +139,11 @@ def sharing_segments(bars: Sequence[Bar], period_from_ns: int, period_to_ns: int
                 all(len({x.claim_uid for x in active if x.device_key == d}) == 1 for d in devices)
             seg = SharingSegment(gpu, active[0].node_name, s, e,
                                  tuple(sorted({f"{b.namespace}/{b.claim_name}" for b in active})),
-                                 tuple(sorted({b.tenant for b in active})), tuple(sorted(set(devices))), partitioned)
+                                 tuple(sorted({b.tenant for b in active})), tuple(sorted(set(devices))), partitioned,
+                                 any(b.stopped_at_ns == e for b in active))
             if current and current.to_ns == s and (current.claims, current.devices) == (seg.claims, seg.devices):
                 current = SharingSegment(gpu, current.node_name, current.from_ns, e, seg.claims, seg.tenants,
-                                         seg.devices, seg.partitioned)
+                                         seg.devices, seg.partitioned, seg.open_at_last_observation)
             else:
                 if current:
                     out.append(current)
@@ -319,10 +337,14 @@ def _chart(gpus: list[str], layouts: dict[str, tuple[list[tuple[Bar, int]], list
             opacity = "0.35" if b.admin_access else "0.9"
             title = (f"{b.tenant}: {b.namespace}/{b.claim_name} on {b.device_key}"
                      f"{' (' + b.mig_profile + ')' if b.mig_profile else ''} "
-                     f"{ns_to_rfc3339(b.from_ns)} – {ns_to_rfc3339(b.to_ns) or 'still allocated'}")
+                     f"{ns_to_rfc3339(b.from_ns)} – {b.until_text}")
             parts.append(f'<rect x="{bx:.2f}" y="{by:.2f}" width="{bw:.2f}" height="{ROW_H - 2:.1f}" '
                          f'fill="{colours[b.tenant]}" fill-opacity="{opacity}" {style}>'
                          f'<title>{escape(title)}</title></rect>')
+            if b.stopped_at_ns is not None and b.stopped_at_ns < t1:  # not observed after: a dotted trail, no bar
+                parts.append(f'<line x1="{bx + bw:.2f}" y1="{by + (ROW_H - 2) / 2:.2f}" x2="{x(t1):.2f}" '
+                             f'y2="{by + (ROW_H - 2) / 2:.2f}" stroke="#777777" stroke-width="0.8" '
+                             f'stroke-dasharray="1,2"><title>{escape(b.until_text)}</title></line>')
         y += lane_h + 2
     step, ticks = _legible_ticks(t0, t1, plot_w)
     axis = [f'<line x1="{label_w}" y1="{top - 6}" x2="{label_w + plot_w}" y2="{top - 6}" stroke="#333333" '

@@ -454,3 +454,51 @@ def test_report_refuses_non_empty_out_dir_and_bad_period(sessions, tmp_path, dat
     res = runner.invoke(cli, ["report", "--from", "yesterday", "--to", "2026-11-28", "--out", str(tmp_path / "p"),
                               "--database-url", database_url])
     assert res.exit_code == 2 and "RFC 3339" in res.output
+
+
+def stop_collector(sessions, hours: float) -> None:
+    """The collector shuts down cleanly at ``hours`` and does not come back (as collector.kube.recorder does)."""
+    with sessions.begin() as s:
+        st = s.get(WatchState, (CLUSTER, "ResourceClaim"))
+        row = {"cluster": CLUSTER, "kind": "ResourceClaim", "state": "synced", "started_ns": st.state_since_ns,
+               "ended_ns": ns(hours), "from_rv": None, "to_rv": "2000", "reason": None}
+        cid = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
+        ledger.append(s, "coverage_intervals", [{**row, "id": cid}])
+        st.state, st.state_since_ns, st.synced = "stopped", ns(hours), False
+
+
+def test_a_stopped_collector_is_not_a_gap_and_nothing_after_it_is_stated_as_fact(sessions, tmp_path, bundle, key):
+    fill_store(sessions)
+    with sessions.begin() as s:  # risk and marketing on the H100 from 18:00 and 19:00, never seen released
+        src = add_version(s, "ResourceClaim", "fraud-1-gpu", "claim-5", "1101", 18, namespace="risk-inference")
+        add_claim(s, src, "risk-inference", "fraud-1-gpu", "claim-5", "gpu-node-a", "gpu-0", 18, None, "fraud-1")
+        add_claim(s, src, "marketing-ml", "recsys-late", "claim-6", "gpu-node-a", "gpu-0", 19, None, "recsys-1")
+    stop_collector(sessions, 20)
+    result = render(sessions, tmp_path / "pack", bundle, key)
+    pack = result.path
+    html = (pack / "index.html").read_text()
+    pdf_text = flat("\n".join(page.extract_text() for page in PdfReader(pack / "report.pdf").pages))
+    cover = html[:html.index('<nav class="toc">')]
+    coverage_html = html[html.index('<section id="coverage">'):html.index('<section id="inventory">')]
+    # the stop is its own category: the one real gap (10:00, 5 min) stays the only gap
+    assert "1 gap interval(s)" in cover and "Collector not running" in cover
+    assert "the collector stopped at 2026-11-28T20:00:00Z" in cover
+    assert flat("Collector not running") in pdf_text and flat("stopped at 2026-11-28T20:00:00Z") in pdf_text
+    rc = next(k for k in result_meta(pack)["coverage"]["kinds"] if k["kind"] == "ResourceClaim")
+    assert (rc["gap_s"], rc["stopped_s"], rc["gaps"]) == (300.0, 4 * 3600.0, 1)
+    assert "not ended by one" in coverage_html
+    # sharing after 19:00 ends at the last observation, flagged; never "to the period end"
+    sharing = [r for r in json.loads((pack / "data/sharing.json").read_text()) if r["from"] == "2026-11-28T19:00:00Z"]
+    assert [(r["to"], r["tenants"], r["open_at_last_observation"]) for r in sharing] == [
+        ("2026-11-28T20:00:00Z", "marketing;risk", True)]
+    assert flat("open at last observation, collector stopped") in flat(re.sub(r"<[^>]+>", " ", html))
+    # timeline bars stop at 20:00 with a dotted trail, their titles say why
+    svg = html[html.index('<section id="timeline">'):html.index('<section id="sharing">')]
+    assert "fraud-1-gpu on gpu.nvidia.com/gpu-node-a/gpu-0 2026-11-28T18:00:00Z – open at last observation, " \
+           "collector stopped at 2026-11-28T20:00:00Z" in svg
+    assert "still allocated" not in svg
+    assert "still allocated at the period end" not in html.replace(coverage_html, "")
+
+
+def result_meta(pack: Path) -> dict:
+    return json.loads((pack / "manifest.json").read_text())
