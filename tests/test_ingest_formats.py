@@ -343,3 +343,12 @@ def test_app_lines_that_look_a_little_like_envelopes_stay_app_lines():
     recs = records(parse_stream(b"\n".join(lines)))
     assert [(r.envelope, r.transaction_id) for r in recs] == [("none", "T-1"), ("none", "T-2")]
     assert recs[0].attributes["message"] == "scored" and recs[1].attributes["input.amount"] == 12
+
+
+def test_reader_keeps_otlp_request_lines_whole_up_to_the_document_limit():
+    doc = b'{"resourceLogs":[' + b" " * 300 + b"]}"
+    other = b'{"log":"' + b"y" * 300 + b'"}'
+    data = other + b"\n" + doc + b"\n" + doc + b" " * 500 + b"\n" + doc
+    lines = list(iter_lines(io.BytesIO(data), 100, max_document_bytes=400, is_document=LineParser().reads_documents))
+    assert [(len(line), total) for line, total in lines] == [(101, 310), (len(doc), len(doc)),
+                                                              (101, len(doc) + 500), (len(doc), len(doc))]

@@ -402,3 +402,31 @@ def test_no_pan_spelling_reaches_the_database_or_quarantine(sessions, engine, da
     blob = _database_text(engine, database_url, backend)
     assert "T-PAN-3" in blob  # we are looking at the right data
     assert digits not in _SEPARATORS.sub("", blob), f"full PAN spelled {spelling!r} found in the {backend} database"
+
+
+def _otlp_export_line(first_txn: int, n_records: int, time_ns: int = 1_741_083_300_067_462_000) -> str:
+    """One OpenTelemetry Collector ``file`` exporter line: an ExportLogsServiceRequest, compact JSON."""
+    records = [{"timeUnixNano": str(time_ns + i), "severityText": "INFO",
+                "body": {"stringValue": "scored transaction " + "x" * 200},
+                "attributes": [{"key": "txn_id", "value": {"stringValue": f"T-{first_txn + i:06d}"}},
+                               {"key": "decision", "value": {"stringValue": "APPROVE"}}]} for i in range(n_records)]
+    doc = {"resourceLogs": [{"resource": {"attributes": [
+        {"key": "k8s.pod.uid", "value": {"stringValue": POD_UID}},
+        {"key": "k8s.namespace.name", "value": {"stringValue": "risk-inference"}}]},
+        "scopeLogs": [{"scope": {"name": "scoring"}, "logRecords": records}]}]}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+@pytest.mark.parametrize("fmt", ["auto", "otlp"])
+def test_otlp_file_exporter_lines_are_held_to_the_body_limit_not_the_line_limit(sessions, database_url, tmp_path, fmt):
+    lines = [_otlp_export_line(0, 500), _otlp_export_line(500, 500), _otlp_export_line(1000, 2000)]
+    assert 64 * 1024 < len(lines[0]) < 400_000 < len(lines[2])
+    path = tmp_path / "otel-file-exporter.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    settings = settings_for(database_url, ingest_max_body_bytes=400_000)
+    counts = ingest_paths(sessions, settings, [path], forced_format=fmt)
+    assert (counts.read, counts.stored, counts.quarantined) == (1001, 1000, 1)
+    with sessions() as s:
+        position, reason = s.execute(select(Quarantine.position, Quarantine.reason)).one()
+    assert position == "3" and reason.startswith("line-too-long: OTLP export request line of")
+    assert "DRAUDIT_INGEST_MAX_BODY_BYTES" in reason

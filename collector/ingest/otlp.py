@@ -17,6 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
+OTLP_SNIFF_BYTES = 256  # how far into a line ``looks_like_export_request`` looks for "resourceLogs"
+
+
+def looks_like_export_request(prefix: bytes) -> bool:
+    """True when ``prefix`` (the start of a line) is the start of an OTLP/JSON
+    ``ExportLogsServiceRequest``: a JSON object with ``"resourceLogs"`` in its first
+    ``OTLP_SNIFF_BYTES`` bytes (the OpenTelemetry Collector ``file`` exporter writes one request
+    per line, ``{"resourceLogs":[…]}``, often hundreds of KB long)."""
+    head = prefix[:OTLP_SNIFF_BYTES]
+    return head.lstrip()[:1] == b"{" and b'"resourceLogs"' in head
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Parsing input lines in worker processes while the ingest run writes (large CLI inputs).
 
 Parsing is pure CPU work per line and the writer's work is per batch, so a long input is cut into
-chunks of ``CHUNK_LINES`` lines that worker processes parse (each with its own ``LineParser``)
-while the run writes the chunks already parsed, in input order. The outcome of every line is the
+chunks of ``CHUNK_LINES`` lines (fewer past ``CHUNK_BYTES``) that worker processes parse (each with
+its own ``LineParser``) while the run writes the chunks already parsed, in input order. The outcome of every line is the
 one the run's own parser would give, because the only state a parser carries from one line to
 the next is an unfinished partial line (CRI ``P`` chunks, Fluent Bit ``_p``, docker json-file
 without ``\\n``); the PAN counter is a sum. So a worker's chunk is used only when the run's
@@ -23,11 +23,12 @@ from __future__ import annotations
 import multiprocessing
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from collector.ingest.parser import LineParser, Outcome
 
 CHUNK_LINES = 1000
+CHUNK_BYTES = 8 << 20  # a chunk also ends once its lines hold this many bytes (OTLP request lines are large)
 MAX_WORKERS = 4
 
 _parser: LineParser | None = None
@@ -55,6 +56,19 @@ class ParsedChunk:
 
 
 Line = tuple[int, bytes, "int | None"]  # (line number, bytes without newline, total bytes if truncated)
+
+
+def next_chunk(lines: Iterator[Line]) -> list[Line]:
+    """The next chunk of ``lines``: ``CHUNK_LINES`` lines, or fewer once they hold ``CHUNK_BYTES``
+    bytes (at least one line), so that the chunks in flight stay bounded in memory; [] at the end."""
+    chunk: list[Line] = []
+    size = 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line[1])
+        if len(chunk) >= CHUNK_LINES or size >= CHUNK_BYTES:
+            break
+    return chunk
 
 
 def _init_worker(parser_kwargs: dict[str, Any]) -> None:

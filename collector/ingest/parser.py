@@ -1,6 +1,9 @@
 """Input line → canonical record or quarantine entry: the ingest rules in one place.
 
-Per line (log-formats.md §7.3): size limit and UTF-8 on the bytes; CRI line or JSON; envelope
+Per line (log-formats.md §7.3): size limit and UTF-8 on the bytes (the limit is
+``max_line_bytes`` for a line that is one record, the body limit ``max_document_bytes`` for a line
+that is a whole OTLP/JSON export request, as the OpenTelemetry Collector ``file`` exporter writes
+them: that line is a request body, like a ``POST /v1/logs``); CRI line or JSON; envelope
 (``envelopes.detect``) then payload format (``payloads.detect_format``), unless ``--format``
 forces one; partial lines (CRI ``P``, Fluent Bit ``_p``, docker json-file without ``\\n``) are
 reassembled per (source, envelope, pod, container, stream) before the payload is decoded; OTLP
@@ -28,7 +31,7 @@ from collector.ingest import envelopes
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
-from collector.ingest.otlp import OtlpLogRecord, records_from_json
+from collector.ingest.otlp import OtlpLogRecord, looks_like_export_request, records_from_json
 from collector.ingest.pan import NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_text, may_contain_pan
 from collector.ingest.payloads import PAYLOAD_FORMATS, TIME_KEYS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
@@ -98,6 +101,10 @@ class LineParser:
         default_tz: IANA zone for zone-less timestamps (``settings.ingest_default_tz``); None → reject.
         cluster: stored in every record's ``cluster``.
         max_line_bytes: longer lines (and reassembled partial lines) are quarantined.
+        max_document_bytes: the limit for a line that is a whole OTLP/JSON export request
+            (``otlp.looks_like_export_request``; with ``forced`` None, ``auto`` or ``otlp``): such a
+            line is a request body, not one record, so it is held to the body limit
+            (``settings.ingest_max_body_bytes``) instead of ``max_line_bytes``.
         max_depth: deeper JSON nesting is quarantined.
         forced: a name from ``FORMATS``; ``auto``/None detects per line.
 
@@ -106,13 +113,15 @@ class LineParser:
 
     def __init__(self, *, aliases: AliasTable | None = None, default_tz: str | None = None,
                  cluster: str | None = None, max_line_bytes: int = 64 * 1024,
-                 max_depth: int = DEFAULT_MAX_DEPTH, forced: str | None = None) -> None:
+                 max_document_bytes: int = 16 * 1024 * 1024, max_depth: int = DEFAULT_MAX_DEPTH,
+                 forced: str | None = None) -> None:
         if forced not in (None, "auto") and forced not in FORMATS:
             raise ValueError(f"unknown format {forced!r}; use one of {', '.join(FORMATS)}")
         self.aliases = aliases or AliasTable()
         self.builder = RecordBuilder(self.aliases, default_tz, cluster)
         self.masker = PanMasker()
         self.max_line_bytes = max_line_bytes
+        self.max_document_bytes = max(max_document_bytes, max_line_bytes)
         self.max_depth = max_depth
         self.forced = None if forced in (None, "auto") else forced
         self._partials: dict[tuple[Any, ...], _Partial] = {}
@@ -140,15 +149,27 @@ class LineParser:
         the reader kept only a prefix of an oversize line."""
         size = total_bytes if total_bytes is not None else len(data)
         if size > self.max_line_bytes:
-            prefix = data[: self.max_line_bytes].decode("utf-8", "replace")
-            return [self.reject(prefix, f"line-too-long: {size} bytes exceeds the limit of {self.max_line_bytes} "
-                                        "(DRAUDIT_INGEST_MAX_LINE_BYTES)", source, position, truncated=True)]
+            if self.reads_documents(data):
+                if size > self.max_document_bytes:
+                    prefix = data[: self.max_line_bytes].decode("utf-8", "replace")
+                    return [self.reject(prefix, f"line-too-long: OTLP export request line of {size} bytes exceeds the "
+                                                f"limit of {self.max_document_bytes} (DRAUDIT_INGEST_MAX_BODY_BYTES)",
+                                        source, position, truncated=True)]
+            else:
+                prefix = data[: self.max_line_bytes].decode("utf-8", "replace")
+                return [self.reject(prefix, f"line-too-long: {size} bytes exceeds the limit of {self.max_line_bytes} "
+                                            "(DRAUDIT_INGEST_MAX_LINE_BYTES)", source, position, truncated=True)]
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             shown = data.decode("utf-8", "backslashreplace")
             return [self.reject(shown, f"not-utf8: invalid UTF-8 byte at offset {exc.start}", source, position)]
         return self.feed_text(text, source, position)
+
+    def reads_documents(self, prefix: bytes) -> bool:
+        """True when a line starting with ``prefix`` is held to ``max_document_bytes``: an OTLP/JSON
+        export request, read as OTLP (``forced`` None or ``otlp``)."""
+        return self.forced in (None, "otlp") and looks_like_export_request(prefix)
 
     def feed_text(self, text: str, source: str, position: str | None) -> list[Outcome]:
         """One physical line as text. Blank lines produce nothing (they are not counted)."""

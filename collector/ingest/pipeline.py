@@ -18,7 +18,6 @@ import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
@@ -58,11 +57,14 @@ class IngestCounts:
         return self.read == self.stored + self.duplicates + self.quarantined
 
 
-def iter_lines(stream: BinaryIO, max_line_bytes: int) -> Iterator[tuple[bytes, int]]:
+def iter_lines(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: int | None = None,
+               is_document: Callable[[bytes], bool] | None = None) -> Iterator[tuple[bytes, int]]:
     """Physical lines of ``stream`` as ``(data, total_bytes)``, newline removed.
 
     Memory stays bounded: of a line longer than ``max_line_bytes`` only the first
     ``max_line_bytes + 1`` bytes are kept; the rest is read in 1 MiB pieces and only counted.
+    A line whose first ``max_line_bytes + 1`` bytes satisfy ``is_document`` (an OTLP export
+    request: ``LineParser.reads_documents``) is kept whole up to ``max_document_bytes``.
     """
     limit = max_line_bytes + 1
     while True:
@@ -75,7 +77,17 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int) -> Iterator[tuple[bytes, i
         if len(line) < limit:  # last line without a newline
             yield line, len(line)
             continue
+        if max_document_bytes is not None and max_document_bytes > max_line_bytes and is_document is not None \
+                and is_document(line):
+            line += stream.readline(max_document_bytes + 1 - len(line))
+            if line.endswith(b"\n"):
+                yield line[:-1], len(line) - 1
+                continue
+            if len(line) <= max_document_bytes:  # last line without a newline
+                yield line, len(line)
+                continue
         total = len(line)
+        line = line[:limit]
         while True:
             more = stream.readline(1 << 20)
             if not more:
@@ -156,7 +168,7 @@ class IngestRun:
         self.run_id = run_id or uuid.uuid4().hex
         self._parser_kwargs = dict(aliases=aliases, default_tz=settings.ingest_default_tz,
                                    cluster=cluster or settings.cluster, max_line_bytes=settings.ingest_max_line_bytes,
-                                   forced=forced_format)
+                                   max_document_bytes=settings.ingest_max_body_bytes, forced=forced_format)
         self.parser = LineParser(**self._parser_kwargs)
         self.workers = 1 if one_transaction else (workers if workers is not None else parse_pool.default_workers())
         self._pool: parse_pool.ParsePool | None = None
@@ -186,9 +198,9 @@ class IngestRun:
         one sequential parsing gives (see ``parse_pool``).
         """
         feed = self.parser.feed_bytes
-        max_bytes = self.settings.ingest_max_line_bytes
-        lines = ((n, data, total if total != len(data) else None)
-                 for n, (data, total) in enumerate(iter_lines(stream, max_bytes), start=1))
+        read = iter_lines(stream, self.parser.max_line_bytes, max_document_bytes=self.parser.max_document_bytes,
+                          is_document=self.parser.reads_documents)
+        lines = ((n, data, total if total != len(data) else None) for n, (data, total) in enumerate(read, start=1))
         first_chunk = parse_pool.CHUNK_LINES if self.workers > 1 else None
         for n, data, total in lines:
             self.add(feed(data, source, str(n), total))
@@ -205,7 +217,7 @@ class IngestRun:
             self._pool = parse_pool.ParsePool(self.workers, self._parser_kwargs)
         in_flight: deque[tuple[list[parse_pool.Line], Any]] = deque()
         while True:
-            chunk = list(islice(lines, parse_pool.CHUNK_LINES))
+            chunk = parse_pool.next_chunk(lines)
             if chunk:
                 in_flight.append((chunk, self._pool.submit(source, chunk)))
             if in_flight and (not chunk or len(in_flight) > 2 * self.workers):
