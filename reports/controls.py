@@ -9,6 +9,7 @@ listed with status ``not evidenced`` and the reason, never left out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 # Section id → title, in report order. Templates use the ids as anchors.
@@ -43,10 +44,20 @@ PARTIAL = "partially evidenced"
 NOT = "not evidenced"
 
 
+# What a control's status depends on in the pack (``control_statuses``): the signature, a population
+# that must not be empty, complete observation coverage, or coverage records at all.
+SIGNED = "signed"
+COVERAGE_COMPLETE = "coverage complete"
+COVERAGE_RECORDED = "coverage recorded"
+POPULATION_WORDS = {"inventory": "device", "allocation_episodes": "allocation", "transaction_lineage": "transaction",
+                    "findings": "policy finding", "consumer_intervals": "claim consumer"}
+
+
 def _c(regulation: str, article: str, requirement: str, status: str, sections: list[str], files: list[str],
-       note: str) -> dict[str, Any]:
+       note: str, needs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One control; ``status`` is the most this tool can evidence, ``needs`` what the pack must hold for it."""
     return {"regulation": regulation, "article": article, "requirement": requirement, "status": status,
-            "sections": sections, "files": files, "note": note}
+            "sections": sections, "files": files, "note": note, "needs": needs}
 
 
 DORA = "DORA (EU) 2022/2554"
@@ -57,95 +68,148 @@ CONTROLS: list[dict[str, Any]] = [
     _c(DORA, "Art. 8(1)", "Identify, classify and document ICT assets supporting business functions",
        PARTIAL, ["scope", "inventory"], INVENTORY,
        "Physical GPUs and MIG instances with node, product, memory and driver are documented; business "
-       "functions, roles and classification are not collected."),
+       "functions, roles and classification are not collected.", needs=("inventory",)),
     _c(DORA, "Art. 8(4)", "Identify all ICT assets incl. hardware; map their configuration and interdependencies",
        EVIDENCED, ["inventory", "lineage"], INVENTORY + LINEAGE,
-       "Device → physical GPU → node, MIG profile and sharing; transaction → pod → claim → GPU dependencies."),
+       "Device → physical GPU → node, MIG profile and sharing; transaction → pod → claim → GPU dependencies.", needs=("inventory", "transaction_lineage")),
     _c(DORA, "Art. 8(5)", "Document processes depending on ICT third-party providers",
        NOT, [], [], "Cloud provider and region are not collected by draudit."),
     _c(DORA, "Art. 8(6)", "Keep inventories updated periodically and at every major change",
        EVIDENCED, ["inventory", "changes"], INVENTORY + CHANGES,
-       "Every device record has a validity interval; driver and DeviceClass changes are listed."),
+       "Every device record has a validity interval; driver and DeviceClass changes are listed.", needs=("inventory", COVERAGE_COMPLETE)),
     _c(DORA, "Art. 9(1)", "Continuously monitor and control ICT security and functioning",
        EVIDENCED, ["coverage", "timeline"], COVERAGE + EPISODES + CONSUMERS,
-       "Continuous list-watch of the DRA API; the coverage section states every gap."),
+       "Continuous list-watch of the DRA API; the coverage section states every gap.", needs=(COVERAGE_RECORDED, COVERAGE_COMPLETE)),
     _c(DORA, "Art. 9(2)", "Keep data available, authentic, intact and confidential",
        PARTIAL, ["integrity"], INTEGRITY,
-       "Integrity of the collected evidence (hash-chained ledger, signed manifest); not of the bank's data."),
+       "Integrity of the collected evidence (hash-chained ledger, manifest digests, its signature when "
+       "signed); not of the bank's data.", needs=(SIGNED,)),
     _c(DORA, "Art. 9(4)(b)", "Sound infrastructure management incl. isolation of assets",
        EVIDENCED, ["sharing", "findings"], SHARING + FINDINGS,
-       "Who shared which physical GPU when, with or without hardware partitioning (MIG)."),
+       "Who shared which physical GPU when, with or without hardware partitioning (MIG).", needs=("allocation_episodes", COVERAGE_COMPLETE)),
     _c(DORA, "Art. 9(4)(c)", "Limit access to ICT assets to what legitimate functions need",
        PARTIAL, ["timeline", "sharing"], EPISODES + CONSUMERS,
-       "Which namespace (tenant) held which device when; RBAC rights are not collected."),
+       "Which namespace (tenant) held which device when; RBAC rights are not collected.", needs=("allocation_episodes",)),
     _c(DORA, "Art. 9(4)(d)", "Strong authentication; protection of cryptographic keys",
        NOT, [], [], "Key custody of the pack signing key is the operator's control."),
     _c(DORA, "Art. 9(4)(e)", "ICT change management: changes recorded, assessed, approved",
        PARTIAL, ["changes"], CHANGES,
-       "Changes are recorded (DeviceClass, driver, policy bundle); actor and approver are not collected."),
+       "Changes are recorded (DeviceClass, driver, policy bundle); actor and approver are not collected.", needs=(COVERAGE_COMPLETE,)),
     _c(DORA, "Art. 10(1)", "Detect anomalous activities promptly, with alert thresholds",
        EVIDENCED, ["findings", "coverage"], FINDINGS + COVERAGE,
-       "Policy findings over the allocation history and observation gaps."),
+       "Policy findings over the allocation history and observation gaps.", needs=(COVERAGE_RECORDED, COVERAGE_COMPLETE)),
     _c(DORA, "Art. 17(1)", "ICT-related incident management process",
        NOT, [], [], "The incident process and incident records are outside draudit."),
     _c(DORA, "Art. 17(2)–(3)", "Record incidents; identify, track, classify them; root causes",
        PARTIAL, ["findings", "lineage"], FINDINGS + LINEAGE,
        "Findings with their interval and the affected transactions per GPU support classification; "
-       "linking findings to incident ids is not supported."),
+       "linking findings to incident ids is not supported.", needs=("transaction_lineage",)),
     _c(DORA, "Art. 28(3)", "Register of information on ICT third-party contractual arrangements",
        NOT, [], [], "The register is contract data; this pack only shows usage of the GPU compute service."),
     _c(RTS, "Art. 4(2)(b)", "Asset records: unique id, location, classification, owner, functions, interdependencies",
        PARTIAL, ["inventory", "lineage"], INVENTORY + LINEAGE,
        "(i) unique id (GPU UUID), (ii) location (node), (viii) interdependencies are evidenced; "
-       "(iii) classification, (iv) owner, (vi) RTO/RPO, (vii) exposure, (ix) end of support are not collected."),
+       "(iii) classification, (iv) owner, (vi) RTO/RPO, (vii) exposure, (ix) end of support are not collected.", needs=("inventory", "transaction_lineage")),
     _c(RTS, "Art. 12(2)(a)", "Logging procedures: events logged and retention period",
        PARTIAL, ["methodology", "coverage"], COVERAGE,
-       "The events logged are stated; retention is configured in the collector and deletions are ledger tombstones."),
+       "The events logged are stated; retention is configured in the collector and deletions are ledger tombstones.", needs=(COVERAGE_RECORDED,)),
     _c(RTS, "Art. 12(2)(c)", "Log capacity, change and ICT operations events",
        EVIDENCED, ["timeline", "changes"], EPISODES + CONSUMERS + CHANGES,
-       "Allocation episodes and consumers with validity intervals; configuration changes."),
+       "Allocation episodes and consumers with validity intervals; configuration changes.", needs=("allocation_episodes", COVERAGE_COMPLETE)),
     _c(RTS, "Art. 12(2)(d)–(e)", "Protect logs against tampering, deletion and unauthorised access",
        EVIDENCED, ["integrity"], INTEGRITY,
-       "Hash-chained ledger (anchor in the manifest), SHA-256 of every file, Ed25519 signature, offline verifier."),
+       "Hash-chained ledger (anchor in the manifest), SHA-256 of every file, Ed25519 signature of the manifest "
+       "when the pack is signed, offline verifier.", needs=(SIGNED,)),
     _c(RTS, "Art. 12(2)(f)", "Synchronise clocks to a documented reliable time source",
        PARTIAL, ["methodology"], [],
        "The clock-skew tolerance used for attribution is stated; the nodes' time source is not collected."),
     _c(RTS, "Art. 23", "Anomaly detection incl. alerts on completeness and integrity of log collection",
        EVIDENCED, ["coverage", "findings"], COVERAGE + FINDINGS,
-       "Watch gaps are recorded per kind and shown; policy findings flag them."),
+       "Watch gaps are recorded per kind and shown; policy findings flag them.", needs=(COVERAGE_RECORDED,)),
     _c(NIS2, "Art. 21(2)(a)", "Risk analysis and information system security policies",
        EVIDENCED, ["findings", "changes"], FINDINGS + CHANGES,
-       "The policy bundle revisions in force and their findings."),
+       "The policy bundle revisions in force and their findings.", needs=("findings",)),
     _c(NIS2, "Art. 21(2)(b)", "Incident handling",
-       PARTIAL, ["findings"], FINDINGS, "Findings feed incident handling; incident records are outside draudit."),
+       PARTIAL, ["findings"], FINDINGS, "Findings feed incident handling; incident records are outside draudit.", needs=("findings",)),
     _c(NIS2, "Art. 21(2)(c)", "Business continuity: backups, disaster recovery, crisis management",
        NOT, [], [], "Not collected."),
     _c(NIS2, "Art. 21(2)(d)", "Supply-chain security", NOT, [], [], "Provider and supplier data are not collected."),
     _c(NIS2, "Art. 21(2)(e)", "Security in acquisition, development and maintenance",
-       PARTIAL, ["changes", "inventory"], CHANGES + INVENTORY, "Driver versions and their changes; vulnerability data is not collected."),
+       PARTIAL, ["changes", "inventory"], CHANGES + INVENTORY, "Driver versions and their changes; vulnerability data is not collected.", needs=("inventory",)),
     _c(NIS2, "Art. 21(2)(f)", "Assess the effectiveness of risk-management measures",
-       EVIDENCED, ["findings", "coverage"], FINDINGS + COVERAGE, "Continuous policy evaluation with stated coverage."),
+       EVIDENCED, ["findings", "coverage"], FINDINGS + COVERAGE, "Continuous policy evaluation with stated coverage.", needs=("findings", COVERAGE_COMPLETE)),
     _c(NIS2, "Art. 21(2)(g)", "Basic cyber hygiene and training", NOT, [], [], "Not collected."),
     _c(NIS2, "Art. 21(2)(h)", "Cryptography and encryption",
-       PARTIAL, ["integrity"], INTEGRITY, "Signatures and digests protect this pack; encryption of the bank's data is not assessed."),
+       PARTIAL, ["integrity"], INTEGRITY, "Digests and, when signed, an Ed25519 signature protect this pack; encryption of the bank's "
+       "data is not assessed.", needs=(SIGNED,)),
     _c(NIS2, "Art. 21(2)(i)", "Human resources security, access control and asset management",
        PARTIAL, ["inventory", "sharing"], INVENTORY + SHARING,
-       "Asset management and tenant access to devices; HR security is not collected."),
+       "Asset management and tenant access to devices; HR security is not collected.", needs=("inventory",)),
     _c(NIS2, "Art. 21(2)(j)", "Multi-factor authentication and secured communications", NOT, [], [], "Not collected."),
 ]
 
 
-def controls_document(signed: bool) -> dict[str, Any]:
-    """The ``controls.json`` content: sections and controls; ``manifest.sig`` named only when signed.
+@dataclass(frozen=True)
+class PackFacts:
+    """What the control statuses are computed from: signed or not, population row counts, and the
+    lowest synced share of the period over the (cluster, kind) coverage rows (None: no coverage row)."""
 
-    Each control carries ``id`` (``"<regulation> <article>"``), requirement, status, section ids with
-    titles, and the pack files that evidence it.
+    signed: bool
+    counts: dict[str, int]
+    lowest_synced: tuple[float, str, str] | None  # (synced fraction, cluster, kind)
+
+
+def _unmet(need: str, facts: PackFacts) -> str | None:
+    """Why ``need`` is not met by the pack, or None when it is."""
+    if need == SIGNED:
+        return None if facts.signed else ("the pack is not signed (no manifest.sig): its digests show integrity, "
+                                          "not who issued it")
+    if need == COVERAGE_RECORDED:
+        return None if facts.lowest_synced else "no observation coverage recorded in the period"
+    if need == COVERAGE_COMPLETE:
+        if facts.lowest_synced is None:
+            return "no observation coverage recorded in the period"
+        share, cluster, kind = facts.lowest_synced
+        return None if share >= 1 else (f"observation coverage is partial: {kind} in {cluster} synced for "
+                                        f"{share * 100:.1f} % of the period (section 2)")
+    if facts.counts.get(need, 0) > 0:
+        return None
+    return f"no {POPULATION_WORDS.get(need, need)} rows in the period (data/{need}.csv is empty)"
+
+
+def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list[str]]:
+    """(status, reasons) of one control for this pack.
+
+    The control's ``status`` is the ceiling. Every unmet need is a reason and lowers ``evidenced``
+    to ``partially evidenced``; when the control's evidence is missing altogether (every population
+    it needs is empty, or there is no coverage record) it is ``not evidenced``.
+    """
+    if control["status"] == NOT:
+        return NOT, []
+    reasons = [r for r in (_unmet(n, facts) for n in control["needs"]) if r]
+    populations = [n for n in control["needs"] if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE)]
+    empty = populations and all(_unmet(n, facts) for n in populations)
+    if empty or (COVERAGE_RECORDED in control["needs"] and facts.lowest_synced is None):
+        return NOT, reasons
+    return (PARTIAL if reasons else control["status"]), reasons
+
+
+def controls_document(facts: PackFacts) -> dict[str, Any]:
+    """The ``controls.json`` content: sections and controls with their status computed for this pack.
+
+    Each control carries ``id`` (``"<regulation> <article>"``), requirement, ``status`` (see
+    ``control_status``), ``status_reasons``, ``ceiling`` (the most this tool evidences), section ids
+    with titles, and the pack files that evidence it (``manifest.sig`` only when signed).
     """
     controls = []
     for c in CONTROLS:
-        files = [f for f in c["files"] if signed or f != "manifest.sig"]
-        controls.append({"id": f"{c['regulation']} {c['article']}", **c, "files": files,
+        files = [f for f in c["files"] if facts.signed or f != "manifest.sig"]
+        status, reasons = control_status(c, facts)
+        entry = {k: v for k, v in c.items() if k != "needs"}
+        controls.append({"id": f"{c['regulation']} {c['article']}", **entry, "files": files, "status": status,
+                         "status_reasons": reasons, "ceiling": c["status"],
                          "section_titles": [SECTION_TITLES[s] for s in c["sections"]]})
     return {"sections": [{"id": i, "title": t} for i, t in SECTIONS], "controls": controls,
             "statuses": [EVIDENCED, PARTIAL, NOT],
-            "source": "Paraphrased requirements; the Official Journal text is authoritative."}
+            "source": "Paraphrased requirements; the Official Journal text is authoritative. Statuses are "
+                      "computed from this pack: signature, non-empty populations, coverage."}

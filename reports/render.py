@@ -39,7 +39,7 @@ from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import EvidencePack, InferenceRecord, LedgerEntry, Lineage, ObjectVersion
 from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import populations as pop
-from reports.controls import CONTROLS, SECTIONS, controls_document
+from reports.controls import SECTIONS, PackFacts, controls_document
 from reports.finding_text import Allocation, FindingFacts, describe, duration_text
 from reports.manifest import (
     FileDigest,
@@ -422,7 +422,8 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         with sessions() as session:
             if session.get_bind().dialect.name == "postgresql":
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})  # one snapshot
-            context, meta, digests = _gather_and_write(session, scope, tmp / "data", clock_skew_s, lap)
+            context, meta, digests = _gather_and_write(session, scope, tmp / "data", clock_skew_s, lap,
+                                                       signed=sign_key is not None)
             pack_id = meta["pack_id"]
             html = _environment().get_template("report.html.j2").render(**context)
             digests.append(_write_text(tmp, "index.html", html))
@@ -449,8 +450,7 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
             _write_pdf(html, tmp / "report.pdf", pack_id, scope.to_ns)
         lap("pdf_wait" if pdf_job is not None else "pdf")
         signed = sign_key is not None
-        controls = controls_document(signed)
-        digests.append(_write_text(tmp, "controls.json", json.dumps(controls, indent=2, sort_keys=True,
+        digests.append(_write_text(tmp, "controls.json", json.dumps(context["controls_doc"], indent=2, sort_keys=True,
                                                                     ensure_ascii=False) + "\n"))
         known = {d.path: d for d in digests}
         files = [known.get(rel) or digest_file(p, rel) for rel, p in pack_files(tmp) if rel not in INTEGRITY_FILES]
@@ -477,7 +477,7 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
 
 
 def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_skew_s: float,
-                      lap: Callable[[str], None]):
+                      lap: Callable[[str], None], signed: bool):
     """Write every population except the transaction lineage (whose count comes from its SQL summary)
     and gather the template context; ``lap(phase)`` is called after each phase (timings).
     Returns (context, manifest metadata, digests of the files written)."""
@@ -544,9 +544,11 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         g["devices"] = len(g["devices"])
     migs = sorted(col.migs.values(), key=lambda m: (m["parent"], m["profile"] or "", m["uuid"]))
     cross = [s for s in segments if s.cross_tenant]
+    lowest = min(((k["synced_fraction"], k["cluster"], k["kind"]) for k in cov_summary), default=None)
+    controls = controls_document(PackFacts(signed, counts, lowest))
     context = {
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
-        "sections": SECTIONS, "controls": controls_document(False)["controls"], "limit": HTML_ROW_LIMIT,
+        "sections": SECTIONS, "controls": controls["controls"], "controls_doc": controls, "limit": HTML_ROW_LIMIT,
         "finding_limit": FINDING_DETAIL_LIMIT, "findings_by_rule": _findings_by_rule(findings),
         "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps, "stopped": stopped,
         "stops": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())},
@@ -564,7 +566,6 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
                     "consumer_intervals": pop.CONSUMER_COLUMNS, "transaction_lineage": pop.LINEAGE_COLUMNS,
                     "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
                     "changes": CHANGE_COLUMNS},
-        "not_evidenced": [c for c in CONTROLS if c["status"] == "not evidenced"],
         "status_meaning": STATUS_MEANINGS, "change_labels": CHANGE_LABELS, "population_rows": POPULATION_ROWS,
     }
     return context, meta, [f for w in written for f in w.files]

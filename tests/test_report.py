@@ -502,3 +502,35 @@ def test_a_stopped_collector_is_not_a_gap_and_nothing_after_it_is_stated_as_fact
 
 def result_meta(pack: Path) -> dict:
     return json.loads((pack / "manifest.json").read_text())
+
+
+def test_control_statuses_follow_the_pack_signature_populations_and_coverage(sessions, tmp_path, bundle, key):
+    fill_store(sessions)
+    signed = render(sessions, tmp_path / "signed", bundle, key, pdf=False)
+    by_id = {c["id"]: c for c in json.loads((signed.path / "controls.json").read_text())["controls"]}
+    integrity, assets = by_id["RTS (EU) 2024/1774 Art. 12(2)(d)–(e)"], by_id["DORA (EU) 2022/2554 Art. 8(4)"]
+    assert (integrity["status"], integrity["status_reasons"]) == ("evidenced", [])
+    assert (assets["status"], assets["status_reasons"]) == ("evidenced", [])
+    monitoring = by_id["DORA (EU) 2022/2554 Art. 9(1)"]  # the 5-minute ResourceClaim gap: partial, with the share
+    assert monitoring["status"] == "partially evidenced" and monitoring["ceiling"] == "evidenced"
+    assert monitoring["status_reasons"] == ["observation coverage is partial: ResourceClaim in prod-eu-1 synced for "
+                                            "99.7 % of the period (section 2)"]
+    # unsigned, and no transaction in the marketing namespace
+    unsigned = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ("marketing-ml",)),
+                           tmp_path / "unsigned", policy_bundle=bundle, record=False)
+    assert unsigned.counts["transaction_lineage"] == 0
+    by_id = {c["id"]: c for c in json.loads((unsigned.path / "controls.json").read_text())["controls"]}
+    integrity, assets = by_id["RTS (EU) 2024/1774 Art. 12(2)(d)–(e)"], by_id["DORA (EU) 2022/2554 Art. 8(4)"]
+    assert integrity["status"] == "partially evidenced" and "not signed" in integrity["status_reasons"][0]
+    assert "manifest.sig" not in integrity["files"]
+    assert assets["status"] == "partially evidenced"
+    assert assets["status_reasons"] == ["no transaction rows in the period (data/transaction_lineage.csv is empty)"]
+    assert by_id["DORA (EU) 2022/2554 Art. 17(2)–(3)"]["status"] == "not evidenced"  # its only population is empty
+    # the HTML and PDF control mapping say the same
+    pdf_text = flat("\n".join(page.extract_text() for page in PdfReader(unsigned.path / "report.pdf").pages))
+    html = (unsigned.path / "index.html").read_text()
+    mapping = html[html.index('<section id="controls">'):]
+    assert mapping.count('class="status-evidenced"') == sum(c["status"] == "evidenced" for c in by_id.values())
+    for text in (flat(re.sub(r"<[^>]+>", " ", mapping)), pdf_text):
+        assert flat("Here: no transaction rows in the period (data/transaction_lineage.csv is empty).") in text
+        assert flat("Here: the pack is not signed (no manifest.sig)") in text
