@@ -153,3 +153,15 @@ def test_a_pan_cut_by_the_line_limit_leaves_no_digits_before_the_cut():
     line = (head + "4111\\n1111\\n1111\\n1111" + "x" * 100 + '"}').encode()
     (out,) = LineParser(max_line_bytes=len(head) + 14).feed_bytes(line, "src", "1")
     assert out.reason.startswith("line-too-long") and out.raw_text == head.rstrip() + "…"
+
+
+def test_otlp_nanosecond_times_in_a_raw_line_are_not_pans_but_everything_else_is():
+    time_ns = next(t for t in range(1_741_083_300_067_462_000, 1_741_083_300_067_462_100) if luhn_ok(str(t)))
+    raw = (f'{{"timeUnixNano":"{time_ns}","observedTimeUnixNano": {time_ns},"body":{{"stringValue":"{time_ns}"}},'
+           f'"attributes":[{{"key":"card","value":{{"stringValue":"6205500000000000004"}}}}],'
+           f'"spanTime":"{time_ns}"}} {{"timeUnixNano":"4111111111111111"}}')
+    masked, n = mask_text(raw, keep_otlp_times=True)
+    assert masked.startswith(f'{{"timeUnixNano":"{time_ns}","observedTimeUnixNano": {time_ns},"body"')
+    assert n == 4 and str(time_ns) not in masked[masked.index('"body"'):]
+    assert "620550*********0004" in masked and '"timeUnixNano":"411111******1111"' in masked
+    assert mask_text(raw)[1] == 6  # without the flag every Luhn-valid run is masked

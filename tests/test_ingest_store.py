@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import func, select, text
 
 from collector.cli import cli
+from collector.ingest.pan import luhn_ok
 from collector.ingest.pipeline import IngestRun
 from collector.settings import Settings
 from collector.store import ledger
@@ -425,8 +426,13 @@ def test_otlp_file_exporter_lines_are_held_to_the_body_limit_not_the_line_limit(
     path.write_text("\n".join(lines) + "\n")
     settings = settings_for(database_url, ingest_max_body_bytes=400_000)
     counts = ingest_paths(sessions, settings, [path], forced_format=fmt)
-    assert (counts.read, counts.stored, counts.quarantined) == (1001, 1000, 1)
+    # The quarantined prefix of line 3 shows 19-digit timeUnixNano values, about one in ten of
+    # which passes Luhn: nanosecond times, not card numbers.
+    assert counts.as_dict() == {"read": 1001, "stored": 1000, "duplicates": 0, "conflicts": 0, "quarantined": 1,
+                                "pan_masked": 0}
     with sessions() as s:
-        position, reason = s.execute(select(Quarantine.position, Quarantine.reason)).one()
+        position, reason, raw_text = s.execute(select(Quarantine.position, Quarantine.reason, Quarantine.raw_text)).one()
     assert position == "3" and reason.startswith("line-too-long: OTLP export request line of")
     assert "DRAUDIT_INGEST_MAX_BODY_BYTES" in reason
+    assert luhn_ok(str(1_741_083_300_067_462_000 + 4))  # the fifth record's time
+    assert all(f'"timeUnixNano":"{1_741_083_300_067_462_000 + i}"' in raw_text for i in range(5))

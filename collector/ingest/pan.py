@@ -221,8 +221,31 @@ def _inside_hex_token(text: str, start: int, end: int) -> bool:
     return all(c in _HEX_CHARS for c in text[left:start]) and all(c in _HEX_CHARS for c in text[end:right])
 
 
-def mask_text(text: str) -> tuple[str, int]:
+# An OTLP/JSON time field's value in a raw line (``"timeUnixNano":"1741083300067462000"``): a
+# nanosecond time has 19 digits from 2001 to 2286 and passes Luhn one time in ten.
+_OTLP_TIME_KEY = re.compile(r'"(?:timeUnixNano|observedTimeUnixNano)"\s*:\s*("?)$')
+NS_TIME_DIGITS = 19
+
+
+def _is_otlp_time(text: str, start: int, end: int) -> bool:
+    """True when ``text[start:end]`` is exactly the 19-digit value of an OTLP ``timeUnixNano`` /
+    ``observedTimeUnixNano`` member (a decimal string or a number), nothing more."""
+    if end - start != NS_TIME_DIGITS or not (text[start:end].isascii() and text[start:end].isdigit()):
+        return False
+    key = _OTLP_TIME_KEY.search(text, max(0, start - 64), start)
+    if key is None:
+        return False
+    after = text[end:end + 1]
+    return after == '"' if key.group(1) else after in ("", ",", "}", " ", "\t", "\r", "\n")
+
+
+def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     """Mask every PAN in ``text``.
+
+    ``keep_otlp_times``: leave the 19-digit values of OTLP/JSON ``timeUnixNano`` and
+    ``observedTimeUnixNano`` members as they are (raw OTLP lines in quarantine): the same rule
+    as ``PanMasker.value``'s ``keep_int_keys`` for the parsed times. Any other run, also a 13-18
+    digit value under those keys or one with separators, is masked as usual.
 
     Returns:
         ``(masked_text, number_of_pans_masked)``; the text is returned unchanged (same object)
@@ -245,6 +268,8 @@ def mask_text(text: str) -> tuple[str, int]:
             continue
         if _inside_hex_token(text, start, end):
             continue
+        if keep_otlp_times and _is_otlp_time(text, start, end):
+            continue
         masked, n = _mask_run(m.group())
         if n:
             pieces.append(text[last:start])
@@ -263,7 +288,7 @@ class NullMasker:
     __slots__ = ()
     masked = 0
 
-    def text(self, value: str) -> str:
+    def text(self, value: str, *, keep_otlp_times: bool = False) -> str:
         return value
 
     def value(self, value: Any, keep_int_keys: frozenset[str] = frozenset()) -> Any:
@@ -286,9 +311,9 @@ class PanMasker:
     def __init__(self) -> None:
         self.masked = 0
 
-    def text(self, value: str) -> str:
-        """``value`` with every PAN masked."""
-        out, n = mask_text(value)
+    def text(self, value: str, *, keep_otlp_times: bool = False) -> str:
+        """``value`` with every PAN masked (``keep_otlp_times``: see ``mask_text``)."""
+        out, n = mask_text(value, keep_otlp_times=keep_otlp_times)
         self.masked += n
         return out
 

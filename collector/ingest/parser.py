@@ -134,8 +134,12 @@ class LineParser:
 
     def reject(self, text: str, reason: str, source: str, position: str | None, *, truncated: bool = False,
                premasked: bool = False) -> Outcome:
-        """A quarantine outcome: ``text`` masked (then truncated for oversize input), reason masked."""
-        masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text))
+        """A quarantine outcome: ``text`` masked (then truncated for oversize input), reason masked.
+
+        The nanosecond times of a raw OTLP/JSON line are not taken for PANs
+        (``pan.mask_text``'s ``keep_otlp_times``), as in a parsed OTLP record.
+        """
+        masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text), keep_otlp_times=True)
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
             masked = TRAILING_DIGIT_RUN.sub("", masked) + "…"  # never keep a PAN cut in half
