@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
@@ -33,7 +34,7 @@ from collector.store.models import (
     WatchState,
 )
 from collector.timeutil import dt_to_ns
-from reports.manifest import load_private_key, load_public_key
+from reports.manifest import load_private_key, load_public_key, manifest_bytes
 from reports.render import PackRequest, render_pack
 from reports.verify import verify_pack
 
@@ -431,6 +432,26 @@ def test_verify_archive_and_cli(sessions, tmp_path, bundle, database_url):
     wrong = tmp_path / "wrong"
     assert runner.invoke(cli, ["keys", "generate", "--out", str(wrong)]).exit_code == 0
     res = runner.invoke(cli, ["verify", str(tmp_path / "pack"), "--public-key", str(wrong) + ".pub"])
+    assert res.exit_code == 1 and "FAIL  signature" in res.output
+
+    # a rewritten coverage file with a rewritten manifest: only the signature tells
+    rewritten = tmp_path / "rewritten"
+    shutil.copytree(tmp_path / "pack", rewritten)
+    original = (rewritten / "data/coverage.csv").read_bytes()
+    coverage = original.replace(b",gap,", b",synced,")
+    assert coverage != original
+    (rewritten / "data/coverage.csv").write_bytes(coverage)
+    manifest = json.loads((rewritten / "manifest.json").read_text())
+    entry = next(f for f in manifest["files"] if f["path"] == "data/coverage.csv")
+    entry["sha256"], entry["size"] = hashlib.sha256(coverage).hexdigest(), len(coverage)
+    (rewritten / "manifest.json").write_bytes(manifest_bytes(manifest))
+    res = runner.invoke(cli, ["verify", str(rewritten)])
+    assert res.exit_code == 1 and "verdict: NOT VERIFIED" in res.output and "--public-key" in res.output
+    res = runner.invoke(cli, ["verify", str(rewritten), "--output", "json"])
+    assert res.exit_code == 1 and json.loads(res.output)["ok"] is False
+    res = runner.invoke(cli, ["verify", str(rewritten), "--integrity-only"])
+    assert res.exit_code == 0 and "verdict: PASS for integrity only (--integrity-only)" in res.output
+    res = runner.invoke(cli, ["verify", str(rewritten), "--public-key", str(tmp_path / "k.pub")])
     assert res.exit_code == 1 and "FAIL  signature" in res.output
 
     # keys round-trip and refuse to overwrite

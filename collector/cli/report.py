@@ -86,31 +86,45 @@ def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, 
 @click.command("verify")
 @click.argument("pack", type=click.Path(path_type=Path))
 @click.option("--public-key", "public_key", default=None, metavar="KEY", help="Ed25519 public key (PEM) to check the signature.")
+@click.option("--integrity-only", is_flag=True,
+              help="Without --public-key, accept a check of the files against the pack's own manifest (exit 0); "
+                   "authenticity is then not checked.")
 @output_option
-def verify_cmd(pack: Path, public_key: str | None, output: str) -> None:
-    """Check an evidence pack offline (directory or .tar.gz): digests, files, signature. Exit 1 on any failure."""
+def verify_cmd(pack: Path, public_key: str | None, integrity_only: bool, output: str) -> None:
+    """Check an evidence pack offline (directory or .tar.gz): digests, files, signature.
+
+    Exit 0 only when every check passes and the signature was checked with --public-key (or
+    --integrity-only was given); exit 1 on any failure or when authenticity was not checked.
+    """
     from reports.manifest import verdict
     from reports.verify import verify_pack
 
     key = read_public_key(public_key) if public_key else None
     checks = verify_pack(pack, key)
     ok = verdict(checks)
+    # Without the signer's public key, anyone who rewrote a file could have rewritten the manifest
+    # too: the digests only prove the files match *a* manifest. That is not a pass unless asked for.
+    unchecked = ok and key is None
+    passed = ok and (key is not None or integrity_only)
     if output == "json":
-        echo_json({"ok": ok, "checks": [{"check": c.name, "result": c.label, "detail": c.detail} for c in checks]})
+        echo_json({"ok": passed, "authenticity_checked": key is not None,
+                   "checks": [{"check": c.name, "result": c.label, "detail": c.detail} for c in checks]})
     else:
         for c in checks:
             click.echo(f"{c.label}  {c.name}: {c.detail}")
         skipped = [c.name for c in checks if c.ok is None]
         if not ok:
             click.echo("verdict: FAIL")
-        elif key is None:
-            # Without the signer's public key, anyone who rewrote a file could have rewritten the
-            # manifest too: the digests only prove the files match *a* manifest.
-            click.echo("verdict: PASS for integrity only — authenticity NOT checked: the pack matches its own manifest, "
-                       "but without --public-key a rewritten manifest would pass too")
+        elif unchecked and integrity_only:
+            click.echo("verdict: PASS for integrity only (--integrity-only) — authenticity NOT checked: the pack "
+                       "matches its own manifest, but a rewritten manifest would pass too")
+        elif unchecked:
+            click.echo("verdict: NOT VERIFIED — the files match the pack's own manifest, but authenticity was not "
+                       "checked and a rewritten manifest would pass too; give the signer's key with --public-key KEY "
+                       "(or --integrity-only to accept a digest-only check)")
         else:
             click.echo("verdict: PASS" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
-    sys.exit(0 if ok else 1)
+    sys.exit(0 if passed else 1)
 
 
 @click.group("keys")
