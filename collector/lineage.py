@@ -1170,7 +1170,6 @@ def _compare(session: Session) -> LineageAudit:
 def _co_tenants_stmt() -> Select:
     """Bound parameters ``cluster``, ``gpu``, ``t``; see ``co_tenants``. Built once: a trace runs it per id."""
     t = bindparam("t", type_=BigInteger)
-    gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
     return (
         select(AE.c.claim_namespace, CC.c.consumer_name, CC.c.consumer_uid, AE.c.claim_name)
         .select_from(
@@ -1179,7 +1178,7 @@ def _co_tenants_stmt() -> Select:
             .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t)))
             .join(CC, and_(CC.c.episode_id == AE.c.id, _valid_at(CC, t)))
         )
-        .where(DS.c.cluster == bindparam("cluster"), gpu == bindparam("gpu"), _valid_at(DS, t))
+        .where(DS.c.cluster == bindparam("cluster"), DS.c.gpu_uuid == bindparam("gpu"), _valid_at(DS, t))
         .distinct()
     )
 

@@ -7,10 +7,10 @@ import json
 from datetime import datetime, timezone
 
 from click.testing import CliRunner
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text, update
 
 from collector.cli import cli
-from collector.lineage import attribute_run, lineage_select, tolerances_in_use, verify_lineage
+from collector.lineage import _co_tenants_stmt, attribute_run, co_tenants, lineage_select, tolerances_in_use, verify_lineage
 from collector.store.models import InferenceRecord, Lineage
 from tests.test_lineage import CLUSTER, GPU_A, GPU_B, S, T0, History, hist, single_gpu_pod  # noqa: F401 (fixture)
 
@@ -167,3 +167,31 @@ def test_unknown_cluster_and_missing_pod_identity_have_honest_reasons(sessions, 
         got = dict(session.execute(select(Lineage.record_id, Lineage.reason)).all())
     assert got == {known: None, anonymous: "no-pod", elsewhere: "unknown-cluster", anonymous_elsewhere: "no-pod",
                    gap: "coverage-gap"}
+
+
+def test_co_tenants_query_reaches_the_gpu_through_an_index(hist):
+    """A long history (400 pods, one after another on 8 GPUs): `trace`'s co-tenants lookup starts from
+    the GPU's devices (ix_device_states_gpu), not from every allocation episode started before t."""
+    h = hist
+    gpus = [f"GPU-{n:08x}-0000-4000-8000-000000000000" for n in range(8)]
+    for n, uuid in enumerate(gpus):
+        h.gpu("gpu-node-a", f"gpu-{n}", uuid)
+    for n in range(400):
+        single_gpu_pod(h, f"fraud-scorer-{n}", "gpu-node-a", f"gpu-{n % 8}", T0 + n * 60 * S, T0 + (n + 8) * 60 * S)
+    t = T0 + 399 * 60 * S + 30 * S
+    assert [c["pod"] for c in co_tenants(h.s, cluster=CLUSTER, physical_gpu_uuid=gpus[3], t_ns=t,
+                                         exclude_pod_uid=None)] == ["fraud-scorer-395"]
+    stmt = _co_tenants_stmt().compile(h.s.get_bind())
+    params = stmt.construct_params({"cluster": CLUSTER, "gpu": gpus[3], "t": t})
+    if h.s.get_bind().dialect.name == "sqlite":
+        h.s.execute(text("ANALYZE"))
+        plan = h.s.connection().exec_driver_sql(f"EXPLAIN QUERY PLAN {stmt}",
+                                                 tuple(params[k] for k in stmt.positiontup)).all()
+        assert "USING INDEX ix_device_states_gpu" in plan[0][3]
+    else:
+        h.s.execute(text("ANALYZE"))
+        # 8 device rows here: a sequential scan is cheaper, so ask whether an index can serve the filter
+        h.s.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = [r for (r,) in h.s.connection().exec_driver_sql(f"EXPLAIN {stmt}", params)]
+        scans = [line for line in plan if " on " in line and "Scan" in line]
+        assert "ix_device_states_gpu on device_states" in scans[0], plan

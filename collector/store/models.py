@@ -25,6 +25,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    Computed,
     DateTime,
     Float,
     ForeignKey,
@@ -325,6 +326,7 @@ class DeviceState(Base):
     __table_args__ = (
         Index("ix_device_states_key", "cluster", "driver", "pool", "device", "valid_from_ns"),
         Index("ix_device_states_uuid", "uuid"),
+        Index("ix_device_states_gpu", "cluster", "gpu_uuid", "valid_from_ns"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -339,6 +341,11 @@ class DeviceState(Base):
     uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
     parent_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
     physical_gpu_uuid: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    # The GPU identity attribution and ``trace``'s co-tenants query filter on (the device's physical
+    # GPU, else its MIG parent, else its own UUID), stored by the database so it can be indexed
+    # (``ix_device_states_gpu``: without it, co-tenants walk every episode started before t).
+    gpu_uuid: Mapped[str | None] = mapped_column(
+        String(128), Computed("coalesce(physical_gpu_uuid, parent_uuid, uuid)", persisted=True), nullable=True)
     profile: Mapped[str | None] = mapped_column(String(64), nullable=True)
     product_name: Mapped[str | None] = mapped_column(String(253), nullable=True)
     driver_version: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -349,6 +356,7 @@ class DeviceState(Base):
     valid_from_ns: Mapped[int] = mapped_column(BigInteger)
     valid_to_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     source_version_id: Mapped[int] = mapped_column(BigId, ForeignKey("object_versions.id"))
+
 
 
 # --------------------------------------------------------------------------------------------

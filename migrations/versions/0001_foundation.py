@@ -2,7 +2,7 @@
 
 Revision ID: 0001_foundation
 Revises: 
-Create Date: 2026-11-30 00:51:35.698902
+Create Date: 2026-11-30 01:00:39.868687
 """
 from typing import Sequence, Union
 
@@ -298,6 +298,7 @@ def upgrade() -> None:
     sa.Column('uuid', sa.String(length=128), nullable=True),
     sa.Column('parent_uuid', sa.String(length=128), nullable=True),
     sa.Column('physical_gpu_uuid', sa.String(length=128), nullable=True),
+    sa.Column('gpu_uuid', sa.String(length=128), sa.Computed('coalesce(physical_gpu_uuid, parent_uuid, uuid)', persisted=True), nullable=True),
     sa.Column('profile', sa.String(length=64), nullable=True),
     sa.Column('product_name', sa.String(length=253), nullable=True),
     sa.Column('driver_version', sa.String(length=64), nullable=True),
@@ -312,6 +313,7 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id')
     )
     with op.batch_alter_table('device_states', schema=None) as batch_op:
+        batch_op.create_index('ix_device_states_gpu', ['cluster', 'gpu_uuid', 'valid_from_ns'], unique=False)
         batch_op.create_index('ix_device_states_key', ['cluster', 'driver', 'pool', 'device', 'valid_from_ns'], unique=False)
         batch_op.create_index('ix_device_states_uuid', ['uuid'], unique=False)
 
@@ -392,6 +394,7 @@ def downgrade() -> None:
     with op.batch_alter_table('device_states', schema=None) as batch_op:
         batch_op.drop_index('ix_device_states_uuid')
         batch_op.drop_index('ix_device_states_key')
+        batch_op.drop_index('ix_device_states_gpu')
 
     op.drop_table('device_states')
     with op.batch_alter_table('allocation_episodes', schema=None) as batch_op:
