@@ -352,3 +352,10 @@ def test_reader_keeps_otlp_request_lines_whole_up_to_the_document_limit():
     lines = list(iter_lines(io.BytesIO(data), 100, max_document_bytes=400, is_document=LineParser().reads_documents))
     assert [(len(line), total) for line, total in lines] == [(101, 310), (len(doc), len(doc)),
                                                               (101, len(doc) + 500), (len(doc), len(doc))]
+
+
+def test_a_leading_byte_order_mark_is_dropped():
+    line = (DATA / "spring_ecs_34_flat.jsonl").read_bytes().splitlines()[0]
+    cri = b"2025-03-04T10:15:00.067901337Z stdout F " + line
+    out = parse_stream(b"\xef\xbb\xbf" + line + b"\n\xef\xbb\xbf" + cri + b"\n")
+    assert rejected(out) == [] and len(records(out)) == 2

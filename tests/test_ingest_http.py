@@ -264,3 +264,11 @@ def test_split_json_stream_handles_braces_in_strings_and_separators():
     assert values == [b'{"a":"}{"}', b'{"b":[{}]}', b'{"c":1}'] and rest is None
     values, rest = split_json_stream(b'{"a":1}{"b":2} garbage {"c":3}')
     assert values == [b'{"a":1}', b'{"b":2}'] and rest == b'garbage {"c":3}'
+
+
+def test_a_body_starting_with_a_byte_order_mark_is_read(sessions, database_url):
+    client = make_client(sessions, database_url)
+    events = [json.loads(line) for line in (DATA / "vector.jsonl").read_text().splitlines()]
+    body = b"\xef\xbb\xbf" + json.dumps(events).encode()
+    r = client.post("/v1/ingest", content=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert (r.status_code, r.json()["read"], r.json()["stored"]) == (200, 3, 2)

@@ -436,3 +436,17 @@ def test_otlp_file_exporter_lines_are_held_to_the_body_limit_not_the_line_limit(
     assert "DRAUDIT_INGEST_MAX_BODY_BYTES" in reason
     assert luhn_ok(str(1_741_083_300_067_462_000 + 4))  # the fifth record's time
     assert all(f'"timeUnixNano":"{1_741_083_300_067_462_000 + i}"' in raw_text for i in range(5))
+
+
+def test_cli_reads_an_otlp_document_and_json_lines_that_start_with_a_byte_order_mark(database_url, tmp_path):
+    runner = _migrated(database_url)
+    doc = tmp_path / "export.json"
+    doc.write_bytes(b"\xef\xbb\xbf" + json.dumps(json.loads((DATA / "otlp_logs.json").read_text()), indent=2).encode())
+    lines = tmp_path / "gelf.jsonl"
+    lines.write_bytes(b"\xef\xbb\xbf" + (DATA / "gelf.jsonl").read_bytes())
+    expected = {doc: (4, 3), lines: (2, 2)}  # (read, stored): one OTLP record of the sample lacks its id
+    for path in (doc, lines):
+        result = runner.invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
+        assert result.exit_code == 0, result.output
+        counts = json.loads(result.stdout)
+        assert (counts["read"], counts["stored"]) == expected[path], (path.name, counts)

@@ -121,8 +121,10 @@ def _otlp_document(stream, max_bytes: int):
     """
     from collector.ingest.jsondoc import JsonRejected, decode
 
-    head = stream.read(1)
-    if head != b"{":
+    head = stream.read(3)
+    if head == b"\xef\xbb\xbf":  # a UTF-8 byte order mark before the document
+        head = stream.read(1)
+    if head[:1] != b"{":
         return io.BufferedReader(_Prefixed(head, stream), 1 << 20) if head else None
     data = head + stream.read(max_bytes)
     if b"resourceLogs" in data[:4096]:

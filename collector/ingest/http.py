@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 _ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.S)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 RETRY_AFTER_S = 5
+_UTF8_BOM = b"\xef\xbb\xbf"  # a byte order mark some tools write before UTF-8 text; dropped
 
 
 class HttpProblem(Exception):
@@ -216,6 +217,7 @@ def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
 
     Units are positioned ``<line>``, ``element <i>`` or ``object <i>``.
     """
+    body = body.removeprefix(_UTF8_BOM)
     head = body.lstrip()[:1]
     if head == b"[":
         _add_values(run, source, *split_json_array(body), "element",
@@ -292,7 +294,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             run = _new_run(settings, session_factory, request_id)
             if as_json:
                 try:
-                    decoded = decode(body.decode("utf-8"))
+                    decoded = decode(body.removeprefix(_UTF8_BOM).decode("utf-8"))
                 except UnicodeDecodeError:
                     raise HttpProblem(400, "OTLP/JSON body is not UTF-8") from None
                 except JsonRejected as exc:

@@ -176,8 +176,11 @@ class LineParser:
         return self.forced in (None, "otlp") and looks_like_export_request(prefix)
 
     def feed_text(self, text: str, source: str, position: str | None) -> list[Outcome]:
-        """One physical line as text. Blank lines produce nothing (they are not counted)."""
+        """One physical line as text. Blank lines produce nothing (they are not counted). A leading
+        byte order mark (U+FEFF, which Windows tools write at the start of a UTF-8 file) is dropped."""
         line = text.rstrip("\r\n")
+        if line.startswith("\ufeff"):
+            line = line[1:]
         if not line.strip():
             return []
         self._decoder.saw_exponent = False
