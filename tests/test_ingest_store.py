@@ -225,11 +225,15 @@ def test_cli_rejects_a_store_without_schema_and_a_missing_file(tmp_path):
 
 
 @pytest.mark.parametrize("zone_name", ["Mars/Olympus"])
-def test_cli_rejects_an_unknown_default_zone(tmp_path, zone_name):
+def test_cli_rejects_an_unknown_default_zone_naming_the_flag_or_the_variable(tmp_path, zone_name, monkeypatch):
     url = f"sqlite:///{tmp_path / 'z.db'}"
     runner = _migrated(url)
     result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url, "--default-tz", zone_name])
     assert result.exit_code == 2 and "IANA" in result.stderr
+    assert f"--default-tz={zone_name!r}" in result.stderr and "DRAUDIT_INGEST_DEFAULT_TZ" not in result.stderr
+    monkeypatch.setenv("DRAUDIT_INGEST_DEFAULT_TZ", zone_name)
+    result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url])
+    assert result.exit_code == 2 and f"DRAUDIT_INGEST_DEFAULT_TZ={zone_name!r}" in result.stderr
 
 
 def test_demo_scenario_logs_reconcile_with_the_generator_counts(sessions, database_url, tmp_path):

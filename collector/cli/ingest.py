@@ -49,8 +49,8 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     from collector.ingest.timestamps import zone
 
     settings = settings_from(database_url=database_url, cluster=cluster, ingest_default_tz=default_tz)
-    if settings.ingest_default_tz:
-        zone(settings.ingest_default_tz)  # a bad zone name is a UserError now, not per line
+    if settings.ingest_default_tz:  # a bad zone name is a UserError now, not per line; name where it came from
+        zone(settings.ingest_default_tz, "--default-tz" if default_tz is not None else "DRAUDIT_INGEST_DEFAULT_TZ")
     aliases = AliasTable.from_file(aliases_path) if aliases_path else None
     _engine, sessions = open_store(settings)
     run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)

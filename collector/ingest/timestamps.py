@@ -39,16 +39,19 @@ class NaiveTimestamp(BadTimestamp):
 
 
 @lru_cache(maxsize=64)
-def zone(name: str) -> ZoneInfo:
+def zone(name: str, setting: str = "DRAUDIT_INGEST_DEFAULT_TZ") -> ZoneInfo:
     """The IANA zone ``name`` (e.g. ``Europe/Berlin``).
 
+    ``setting`` names where the value came from in the error: the environment variable, or the
+    flag (``--default-tz``) when the user gave it there.
+
     Raises:
-        UserError: unknown zone name (names DRAUDIT_INGEST_DEFAULT_TZ, the setting it comes from).
+        UserError: unknown zone name.
     """
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise UserError(f"DRAUDIT_INGEST_DEFAULT_TZ={name!r} is not an IANA time zone name (e.g. UTC, Europe/Berlin)") from None
+        raise UserError(f"{setting}={name!r} is not an IANA time zone name (e.g. UTC, Europe/Berlin)") from None
 
 
 @lru_cache(maxsize=4096)
