@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from sqlalchemy import and_, func, literal, literal_column, or_, select
 from sqlalchemy.orm import Session, aliased
 
+from collector.kube.normalize import device_capacity_bytes
 from collector.store.models import (
     AllocationEpisode,
     AllocationResult,
@@ -126,14 +127,25 @@ def _inventory_stmt(scope: Scope):
     return (select(ds.cluster, ds.node_name, _physical(ds).label("physical"), ds.device_type, ds.uuid, ds.parent_uuid,
                    ds.profile, ds.product_name, ds.memory_bytes, ds.driver_version, ds.driver, ds.pool, ds.device,
                    ds.slice_name, ds.pool_generation, ds.allow_multiple_allocations, ds.valid_from_ns, ds.valid_to_ns,
-                   ds.id)
+                   ds.id, ds.capacity)
             .where(_overlaps(ds.valid_from_ns, ds.valid_to_ns, scope), _in_clusters(ds.cluster, scope))
             .order_by(ds.cluster, _physical(ds), ds.driver, ds.pool, ds.device, ds.valid_from_ns, ds.id))
 
 
+def device_memory(memory_bytes: int | None, capacity: Any, driver: str) -> int | None:
+    """A device's memory in bytes: the stored ``memory_bytes``, else the ResourceSlice's ``memory``
+    capacity (a Kubernetes quantity, short or driver-qualified name); None when neither is usable."""
+    if memory_bytes is not None or not isinstance(capacity, dict):
+        return memory_bytes
+    try:
+        return device_capacity_bytes({"capacity": capacity}, "memory", driver)
+    except ValueError:
+        return None
+
+
 def _inventory_row(r, scope: Scope) -> list[Any]:
     return [r.cluster, r.node_name, r.physical, r.device_type, r.uuid, r.parent_uuid, r.profile, r.product_name,
-            r.memory_bytes, r.driver_version, r.driver, r.pool, r.device, r.slice_name, r.pool_generation,
+            device_memory(r.memory_bytes, r.capacity, r.driver), r.driver_version, r.driver, r.pool, r.device, r.slice_name, r.pool_generation,
             bool(r.allow_multiple_allocations), _rfc3339(r.valid_from_ns), _rfc3339(r.valid_to_ns),
             r.valid_from_ns, r.valid_to_ns, r.id]
 

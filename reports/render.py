@@ -140,6 +140,14 @@ def _fmt_bytes(n: int | None) -> str:
     return f"{gib:.1f} GiB" if gib >= 1 else f"{n / 2**20:.0f} MiB"
 
 
+def _fmt_uuid(value: str | None) -> Markup:
+    """A UUID (or device key) that may wrap only after its hyphens: ``<wbr>`` there, and the
+    ``uuid`` class turns off breaking anywhere else. ``—`` for None."""
+    if value is None:
+        return Markup("—")
+    return Markup('<span class="uuid">{}</span>').format(Markup("-<wbr>").join(str(value).split("-")))
+
+
 def _fmt_pct(fraction: float) -> str:
     """A share of the period with one decimal: ``28.1 %``; never rounds a partial share to 0 or 100 %."""
     if 0 < fraction < 0.0005:
@@ -368,6 +376,7 @@ def _environment() -> Environment:
     env.filters["bytes"] = _fmt_bytes
     env.filters["dur"] = _fmt_s
     env.filters["pct"] = _fmt_pct
+    env.filters["uuid"] = _fmt_uuid
     env.globals["duration"] = duration_text
     env.filters["n"] = lambda v: f"{v:,}"  # thousands separated: 1,000,000
     return env

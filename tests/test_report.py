@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 
 from collector.cli import cli
 from collector.store import ledger
@@ -555,3 +555,26 @@ def test_control_statuses_follow_the_pack_signature_populations_and_coverage(ses
     for text in (flat(re.sub(r"<[^>]+>", " ", mapping)), pdf_text):
         assert flat("Here: no transaction rows in the period (data/transaction_lineage.csv is empty).") in text
         assert flat("Here: the pack is not signed (no manifest.sig)") in text
+
+
+def test_inventory_reads_memory_from_capacity_keeps_uuids_whole_and_rounds_shares(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    with sessions.begin() as s:  # the H100's slice published memory only as a capacity (qualified name)
+        s.execute(update(DeviceState).where(DeviceState.uuid == GPU_A).values(
+            memory_bytes=None, capacity={"gpu.nvidia.com/memory": {"value": "80Gi"}}))
+    pack = render(sessions, tmp_path / "pack", bundle, record=False).path
+    inventory = json.loads((pack / "data/inventory.json").read_text())
+    assert {r["memory_bytes"] for r in inventory if r["device_uuid"] == GPU_A} == {80 * 2**30}
+    html = (pack / "index.html").read_text()
+    section = html[html.index('<section id="inventory">'):html.index('<section id="timeline">')]
+    row = next(r for r in section.split("<tr>") if "7f3c2a1e" in r)
+    assert "80.0 GiB" in row and "not published" not in row
+    # UUIDs may wrap only after a hyphen; the PDF text keeps them whole
+    assert '<span class="uuid">GPU-<wbr>7f3c2a1e-<wbr>4b5d-<wbr>6e7f-<wbr>8091-<wbr>a2b3c4d5e6f7</span>' in row
+    pdf_text = "\n".join(page.extract_text() for page in PdfReader(pack / "report.pdf").pages)
+    joined_at_hyphens = pdf_text.replace("-\n", "-")
+    for uuid in (GPU_A, GPU_B, MIG_B1, MIG_B2):  # every wrapped UUID wrapped after a hyphen, none inside a group
+        assert flat(pdf_text).count(uuid) == joined_at_hyphens.count(uuid) > 0, uuid
+    # coverage shares with one decimal
+    coverage = html[html.index('<section id="coverage">'):html.index('<section id="inventory">')]
+    assert "99.7 %" in coverage and not re.search(r"\d\.\d{2,} %", coverage)
