@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 import shutil
+import zlib
 from pathlib import Path
 
 import pytest
@@ -454,3 +455,27 @@ def test_cli_reads_an_otlp_document_and_json_lines_that_start_with_a_byte_order_
         assert result.exit_code == 0, result.output
         counts = json.loads(result.stdout)
         assert (counts["read"], counts["stored"]) == expected[path], (path.name, counts)
+
+
+@pytest.mark.parametrize("cut", [0.6, 0.02])
+def test_cli_truncated_gzip_names_the_file_and_stores_what_came_before(database_url, engine, tmp_path, cut):
+    runner = _migrated(database_url)
+    line = (DATA / "spring_ecs_34_flat.jsonl").read_text().splitlines()[0]
+    assert "T-000193" in line
+    lines = [line.replace("T-000193", f"T-{i:06d}").replace("10:15:00", f"10:{i % 60:02d}:{i // 60 % 60:02d}")
+             for i in range(5000)]
+    whole = gzip.compress(("\n".join(lines) + "\n").encode())
+    cut_file = tmp_path / "app.log.gz"
+    cut_file.write_bytes(whole[:int(len(whole) * cut)])
+    good = tmp_path / "gelf.jsonl"
+    shutil.copy(DATA / "gelf.jsonl", good)
+    result = runner.invoke(cli, ["ingest", str(cut_file), str(good), "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 2
+    assert f"{cut_file}: the gzip data ends early" in result.stderr and "counts above" in result.stderr
+    counts = json.loads(result.stdout)
+    with engine.connect() as conn:
+        stored = conn.execute(select(func.count()).select_from(InferenceRecord)).scalar_one()
+    assert counts["stored"] == stored and counts["read"] == counts["stored"] + counts["quarantined"]
+    readable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut_file.read_bytes())  # all that can be read
+    assert counts["read"] - 2 == readable.count(b"\n") + (not readable.endswith(b"\n")) > 0  # + gelf.jsonl's 2
+    assert counts["quarantined"] == (not readable.endswith(b"\n"))  # the line cut in the middle

@@ -42,10 +42,11 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
 
     Exit status: 0 when at least one line was stored or found already stored (or the input had no
     lines); 1 when lines were read but every one was quarantined (the counts are still printed;
-    the reasons say what to fix: --format, --aliases, --default-tz).
+    the reasons say what to fix: --format, --aliases, --default-tz); 2 when a .gz input ends
+    early or is corrupt (what came before is stored and counted, and the file is named).
     """
     from collector.ingest.aliases import AliasTable
-    from collector.ingest.pipeline import IngestRun, open_input
+    from collector.ingest.pipeline import IngestRun, open_input, read_error
     from collector.ingest.timestamps import zone
 
     settings = settings_from(database_url=database_url, cluster=cluster, ingest_default_tz=default_tz)
@@ -63,6 +64,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             for path, (stream, _pos, _size) in zip(paths, inputs):
                 _ingest_one(run, stream, "stdin" if path == "-" else path, fmt, settings.ingest_max_body_bytes)
         counts = run.finish()
+        ended_early = [(path, read_error(stream)) for path, (stream, _pos, _size) in zip(paths, inputs)]
     finally:
         for stream, _pos, _size in inputs:
             if stream is not sys.stdin.buffer:
@@ -72,6 +74,13 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     else:
         for line in _summary_lines(counts):
             click.echo(line)
+    for path, error in ended_early:
+        if error is not None:
+            click.echo(f"draudit: error: {path}: the gzip data ends early or is corrupt ({type(error).__name__}: {error}); "
+                       "everything before that point was read and is in the counts above; check that the file was "
+                       "copied completely and ingest it again (stored lines are found as duplicates)", err=True)
+    if any(error is not None for _path, error in ended_early):
+        sys.exit(2)
     if nothing_accepted(counts):
         click.echo(f"draudit: error: none of the {counts.read} lines read could be stored, all were quarantined; "
                    "see the reasons (draudit ingest without --output json lists them) and fix the input or "

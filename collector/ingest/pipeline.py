@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import io
 import uuid
+import zlib
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -32,6 +33,9 @@ from collector.settings import Settings
 
 DEFAULT_BATCH_SIZE = 2000
 _GZIP_MAGIC = b"\x1f\x8b"
+# What reading a truncated or corrupt gzip stream raises (``gzip._GzipReader.read`` returns every
+# byte it can decompress first and raises only when no more can be produced).
+READ_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
 
 
 @dataclass
@@ -99,8 +103,45 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: int
         yield line, total
 
 
+class EndAtReadError(io.RawIOBase):
+    """A readable stream that ends where reading ``inner`` fails (a truncated or corrupt .gz):
+    everything before that point is read; ``error`` then holds the exception (None otherwise)."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        super().__init__()
+        self._inner = inner
+        self.error: BaseException | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        if self.error is not None:
+            return 0
+        try:  # read1: one read of the decompressor, so nothing decompressed is lost when the next fails
+            data = self._inner.read1(len(buffer))
+        except READ_ERRORS as exc:
+            self.error = exc
+            return 0
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+def read_error(stream: BinaryIO) -> BaseException | None:
+    """The exception that ended ``stream`` (from ``open_input``) early, or None when it was read to its end."""
+    raw = getattr(stream, "raw", None)
+    return raw.error if isinstance(raw, EndAtReadError) else None
+
+
 def open_input(path: str) -> tuple[BinaryIO, Callable[[], int], int | None]:
     """Open ``path`` (``-`` = stdin) for reading, transparently gunzipping (by magic bytes).
+
+    A gzip stream that is truncated or corrupt ends where it stops being readable; what came
+    before is read as usual and ``read_error(stream)`` tells the caller afterwards.
 
     Returns:
         ``(stream, position, size)``: ``position()`` gives the bytes consumed of the underlying
@@ -128,7 +169,8 @@ def open_input(path: str) -> tuple[BinaryIO, Callable[[], int], int | None]:
             return 0
 
     if head == _GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=buffered, mode="rb"), position, size  # type: ignore[return-value]
+        gunzipped = EndAtReadError(gzip.GzipFile(fileobj=buffered, mode="rb"))  # type: ignore[arg-type]
+        return io.BufferedReader(gunzipped, 1 << 20), position, size  # type: ignore[return-value]
     return buffered, position, size
 
 
