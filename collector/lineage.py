@@ -1104,8 +1104,9 @@ def verify_lineage(session: Session, *, chunk_records: int = DEFAULT_CHUNK_RECOR
     hash chain. This re-runs the rule (``attribute_run``'s timeline, per ``attribution_settings``
     group: same clock-skew tolerance, default cluster and serving containers the row was computed
     with) for the records that have a lineage row, inside a savepoint that is rolled back, and
-    compares both sides with one set query (``EXCEPT`` in each direction) over ``record_id``,
-    ``VERDICT_COLUMNS`` and ``settings_id`` (``attributed_at`` is not derived).
+    compares both sides with one set query (a primary-key join in each direction, equal to
+    ``EXCEPT`` both ways) over ``record_id``, ``VERDICT_COLUMNS`` and ``settings_id``
+    (``attributed_at`` is not derived).
 
     Returns:
         The number of rows checked, of differing records, and the first difference.
@@ -1140,14 +1141,19 @@ def _recompute_group(session: Session, settings_id: int, skew_ns: int, cluster: 
 
 def _compare(session: Session) -> LineageAudit:
     """``lineage`` vs ``T_RECOMPUTED`` on ``COMPARED_COLUMNS``; the first difference spelled out."""
+    F = T_RECOMPUTED
     stored = select(*[L.c[c] for c in COMPARED_COLUMNS])
-    fresh = select(*[T_RECOMPUTED.c[c] for c in COMPARED_COLUMNS])
-    extra = stored.except_(fresh).subquery("extra")  # SQLite: no parenthesised compound inside a compound
-    missing = fresh.except_(stored).subquery("missing")
-    diff = union_all(select(extra.c.record_id), select(missing.c.record_id)).subquery("diff")
+    fresh = select(*[F.c[c] for c in COMPARED_COLUMNS])
+    # Both sides are keyed by record_id: a primary-key join per direction (a row differs, or has no
+    # counterpart) does what EXCEPT both ways does, without sorting every row on all its columns.
+    same = and_(*[L.c[c].is_not_distinct_from(F.c[c]) for c in COMPARED_COLUMNS[1:]])
+    diff = union_all(
+        select(L.c.record_id).select_from(L.outerjoin(F, F.c.record_id == L.c.record_id))
+        .where(or_(F.c.record_id.is_(None), ~same)),
+        select(F.c.record_id).where(~exists().where(L.c.record_id == F.c.record_id)),
+    ).subquery("diff")
     checked = session.execute(select(func.count()).select_from(L)).scalar_one()
-    differing, first_id = session.execute(select(func.count(distinct(diff.c.record_id)),
-                                                 func.min(diff.c.record_id))).one()
+    differing, first_id = session.execute(select(func.count(), func.min(diff.c.record_id))).one()  # disjoint parts
     if not differing:
         return LineageAudit(checked, 0, None)
     txn = session.execute(select(R.c.transaction_id).where(R.c.id == first_id)).scalar()
