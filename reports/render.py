@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector import __version__
 from collector.errors import UserError
+from collector.lineage import tolerances_in_use
 from collector.store import ledger
 from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import EvidencePack, InferenceRecord, LedgerEntry, Lineage, ObjectVersion
@@ -366,6 +367,35 @@ def _lineage_summary(session: Session, scope: pop.Scope) -> tuple[list[dict[str,
     return by_status, [by_gpu[g] for g in sorted(by_gpu)], sum(statuses.values())
 
 
+def _transactions(n: int) -> str:
+    return f"{n:,} transaction{'' if n == 1 else 's'}"
+
+
+def _skew_tolerances(session: Session, scope: pop.Scope, setting_s: float) -> dict[str, Any]:
+    """The clock-skew tolerance(s) the stored lineage in scope was computed with.
+
+    Returns ``rows``: ``[{"tolerance_s": seconds or None (not recorded), "lineage_rows": n}]``
+    ascending; ``single``: the tolerance when every row recorded the same one, else None (several,
+    or rows without recorded settings, or no row); ``text``: the same in words for the methodology,
+    naming ``setting_s`` (the collector's current setting) where the store does not tell.
+    """
+    found = tolerances_in_use(session, pop.lineage_filter(scope))
+    rows = [{"tolerance_s": t, "lineage_rows": n} for t, n in found.items()]
+    known = [t for t in found if t is not None]
+    single = known[0] if len(known) == 1 and None not in found else None
+    if not found:
+        text = f"no transaction in the period was attributed; the collector's setting at rendering is {setting_s:g} s"
+    elif single is not None:
+        text = f"{single:g} s (the tolerance every attribution in the period was computed with)"
+    else:
+        parts = [f"{t:g} s for {_transactions(n)}" for t, n in found.items() if t is not None]
+        if None in found:
+            parts.append(f"not recorded for {_transactions(found[None])} (the collector's setting at rendering "
+                         f"is {setting_s:g} s)")
+        text = "as each row was computed: " + "; ".join(parts)
+    return {"rows": rows, "single": single, "text": text}
+
+
 # ------------------------------------------------------------------------------------------ render
 
 
@@ -395,7 +425,9 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         archive: also write ``<out_dir>.tar.gz`` (deterministic: sorted members, times = period end).
         record: insert the pack into ``evidence_packs`` and the ledger (skipped if the pack id exists).
         policy_bundle: directory whose ``data.json`` maps namespaces to tenants (optional).
-        clock_skew_s: the attribution clock-skew tolerance, stated in the methodology.
+        clock_skew_s: the collector's clock-skew setting; the pack states the tolerance(s) the stored
+            lineage was computed with (``collector.lineage.tolerances_in_use``), and this setting
+            only for rows computed without recorded settings or when no row is in scope.
         pdf: render ``report.pdf`` (benchmarks may skip it to measure the populations alone).
 
     Returns:
@@ -517,6 +549,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
     lap("findings_coverage_sharing_changes")
     by_status, by_gpu, total_txn = _lineage_summary(session, scope)
+    skew = _skew_tolerances(session, scope, clock_skew_s)
     lap("lineage_summary")
     for w in written:
         counts[w.name] = w.count
@@ -542,7 +575,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "coverage": {"kinds": cov_summary, "gaps": len(gaps), "collector_not_running": len(stopped),
                      "last_observation": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())}},
         "counts": counts,
-        "clock_skew_tolerance_s": clock_skew_s,
+        "clock_skew_tolerance_s": skew["single"],
+        "clock_skew_tolerances": skew["rows"],
     }
     drawn_gpus = _timeline_gpus(col.bars, segments)
     svgs = [Markup(s) for s in timeline_svgs([b for b in col.bars if b.physical_gpu_uuid in drawn_gpus],
@@ -569,7 +603,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
         "findings": describe(findings, col.facts, scope.tenant_of), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
         "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
-        "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "version": __version__,
+        "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
         "anchor": {"seq": anchor_seq, "hash": anchor_hash},
         "columns": {"inventory": pop.INVENTORY_COLUMNS, "allocation_episodes": pop.EPISODE_COLUMNS,
                     "consumer_intervals": pop.CONSUMER_COLUMNS, "transaction_lineage": pop.LINEAGE_COLUMNS,

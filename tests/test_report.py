@@ -22,6 +22,7 @@ from collector.store import ledger
 from collector.store.canonical import content_hash
 from collector.store.models import (
     AllocationEpisode,
+    AttributionSettings,
     AllocationResult,
     ClaimConsumer,
     CoverageInterval,
@@ -578,3 +579,29 @@ def test_inventory_reads_memory_from_capacity_keeps_uuids_whole_and_rounds_share
     # coverage shares with one decimal
     coverage = html[html.index('<section id="coverage">'):html.index('<section id="inventory">')]
     assert "99.7 %" in coverage and not re.search(r"\d\.\d{2,} %", coverage)
+
+
+def test_pack_states_the_tolerances_the_stored_lineage_was_computed_with(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    with sessions.begin() as s:  # the day's attributions ran with 0.5 s; one later run with 5 s
+        ids = {}
+        for skew_ns in (500_000_000, 5_000_000_000):
+            ids[skew_ns] = s.execute(insert(AttributionSettings).values(
+                digest=content_hash([skew_ns]), clock_skew_ns=skew_ns, cluster=CLUSTER, serving_containers="{}")
+                .returning(AttributionSettings.id)).scalar_one()
+        records = {t: i for t, i in s.execute(select(InferenceRecord.transaction_id, InferenceRecord.id))}
+        s.execute(update(Lineage).values(settings_id=ids[500_000_000]))
+        s.execute(update(Lineage).where(Lineage.record_id == records["txn-0200"]).values(settings_id=ids[5_000_000_000]))
+    mixed = render(sessions, tmp_path / "mixed", bundle, record=False, pdf=False, clock_skew_s=2.0).path
+    manifest = result_meta(mixed)
+    assert manifest["clock_skew_tolerance_s"] is None
+    assert manifest["clock_skew_tolerances"] == [{"tolerance_s": 0.5, "lineage_rows": 4},
+                                                 {"tolerance_s": 5.0, "lineage_rows": 1}]
+    html = re.sub(r"\s+", " ", (mixed / "index.html").read_text())
+    assert "clock-skew tolerance (as each row was computed: 0.5 s for 4 transactions; 5 s for 1 transaction)" in html
+    with sessions.begin() as s:
+        s.execute(update(Lineage).values(settings_id=ids[500_000_000]))
+    single = render(sessions, tmp_path / "single", bundle, record=False, pdf=False, clock_skew_s=2.0).path
+    assert result_meta(single)["clock_skew_tolerance_s"] == 0.5  # not the 2 s setting at rendering
+    assert "0.5 s (the tolerance every attribution in the period was computed with)" in \
+        re.sub(r"\s+", " ", (single / "index.html").read_text())
