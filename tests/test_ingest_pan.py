@@ -165,3 +165,17 @@ def test_otlp_nanosecond_times_in_a_raw_line_are_not_pans_but_everything_else_is
     assert n == 4 and str(time_ns) not in masked[masked.index('"body"'):]
     assert "620550*********0004" in masked and '"timeUnixNano":"411111******1111"' in masked
     assert mask_text(raw)[1] == 6  # without the flag every Luhn-valid run is masked
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("id 123e4567-e89b-12d3-a456-426614174000 4111111111111111", "id 123e4567-e89b-12d3-a456-426614174000 411111******1111"),
+    ("card 4111111111111111 123e4567-e89b-12d3-a456-426614174000", "card 411111******1111 123e4567-e89b-12d3-a456-426614174000"),
+    ("span dab0792946709312 4111 1111 1111 1111", "span dab0792946709312 411111******1111"),
+    ("id ab12 4111111111111111", "id ab12 411111******1111"),
+    ('{"m":"dab0792946709312\\n4111111111111111"}', '{"m":"dab0792946709312\\n411111******1111"}'),
+])
+def test_a_pan_next_to_a_uuid_or_hex_id_is_masked_and_the_identifier_kept(text, masked):
+    from collector.ingest.pan import may_contain_pan
+
+    assert mask_text(text) == (masked, 1)
+    assert may_contain_pan(text)

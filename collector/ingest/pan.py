@@ -63,7 +63,7 @@ _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # A hex token (trace, span, container ids) with at least one letter, bounded by characters that
 # extend neither a digit run nor an alphanumeric token (see ``may_contain_pan``).
-_HEX_TOKEN = rf"(?<![\w%\\{_SEP_CHARS}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w\\{_SEP_CHARS}])"
+_HEX_TOKEN = rf"(?<![\w%{_SEP_CHARS}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w{_SEP_CHARS}]|\\+[ntr/u])"
 # Either one, in one pass. The two never overlap (a hex token holds no dash and is bounded by
 # characters a UUID cannot contain), so this finds the UUIDs ``_UUID.finditer`` finds.
 _UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
@@ -97,11 +97,11 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     if not _has_digit_run(ones):
         return False
     # Second look without the identifiers that make most false alarms, pod UIDs and hex ids
-    # (container, trace ids): ``mask_text`` skips every run that starts or ends inside a UUID, and
-    # a run cannot contain a UUID that has a letter, so blanking those UUIDs keeps every run it
+    # (container, trace ids): ``mask_text`` looks only at the part of a run outside a UUID, and
+    # a run cannot contain a UUID that has a letter, so blanking those UUIDs keeps every digit it
     # would look at; a hex token with a letter, bounded on both sides by characters that can
-    # extend neither a run nor a token (not a word character, separator or ``%``), holds only
-    # runs that ``_inside_hex_token`` skips. The raw text shows a field's identifiers as decoded
+    # extend neither a run nor a token (not a word character, separator, separator escape or
+    # ``%``), holds only runs that ``_hex_token_sides`` cuts off whole. The raw text shows a field's identifiers as decoded
     # unless an escape turns into a hex letter (\b, \f).
     if "\\b" in text or "\\f" in text:
         return True
@@ -204,8 +204,10 @@ def _mask_dotted(text: str) -> tuple[str, int]:
     return _DOTTED.sub(repl, text), count
 
 
-def _inside_hex_token(text: str, start: int, end: int) -> bool:
-    """True when letters touch the run and the whole alphanumeric token is hexadecimal."""
+def _hex_token_sides(text: str, start: int, end: int) -> tuple[bool, bool]:
+    """Whether the run ``text[start:end]`` starts / ends inside a hexadecimal token: letters touch
+    it and the whole alphanumeric token is hexadecimal (the letters on each side that touches are
+    hex digits). ``(False, False)`` when it is not inside one."""
     left = start
     while left > 0 and text[left - 1].isalnum():
         left -= 1
@@ -217,8 +219,10 @@ def _inside_hex_token(text: str, start: int, end: int) -> bool:
     while right < len(text) and text[right].isalnum():
         right += 1
     if left == start and right == end:
-        return False
-    return all(c in _HEX_CHARS for c in text[left:start]) and all(c in _HEX_CHARS for c in text[end:right])
+        return False, False
+    if all(c in _HEX_CHARS for c in text[left:start]) and all(c in _HEX_CHARS for c in text[end:right]):
+        return left < start, right > end
+    return False, False
 
 
 # An OTLP/JSON time field's value in a raw line (``"timeUnixNano":"1741083300067462000"``): a
@@ -237,6 +241,54 @@ def _is_otlp_time(text: str, start: int, end: int) -> bool:
         return False
     after = text[end:end + 1]
     return after == '"' if key.group(1) else after in ("", ",", "}", " ", "\t", "\r", "\n")
+
+
+def _outside_identifiers(text: str, start: int, end: int, uuids: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The part of the run ``text[start:end]`` outside the UUIDs and the hex token it starts or
+    ends in: the digit groups inside the identifier and the separators next to them are cut off
+    (``<uuid> 4111 1111 1111 1111`` still shows a PAN); None when nothing is left."""
+    for s, e in uuids:
+        if s <= start < e:
+            start = e
+        if s < end <= e:
+            end = s
+    start, end = _strip_separators(text, start, end)
+    if start < end:
+        cut_left, cut_right = _hex_token_sides(text, start, end)
+        if cut_left:
+            start = _first_group_end(text, start, end)
+        if cut_right:
+            end = _last_group_start(text, start, end)
+        if cut_left or cut_right:
+            start, end = _strip_separators(text, start, end)
+    return (start, end) if start < end else None
+
+
+def _strip_separators(text: str, start: int, end: int) -> tuple[int, int]:
+    """``(start, end)`` without the separators at either edge of ``text[start:end]``."""
+    lead = _SEP_RUN.match(text, start, end)
+    if lead:
+        start = lead.end()
+    last = None
+    for last in _SEP_RUN.finditer(text, start, end):
+        pass
+    if last is not None and last.end() == end:
+        end = last.start()
+    return start, end
+
+
+def _first_group_end(text: str, start: int, end: int) -> int:
+    """Where the run ``text[start:end]`` goes on after its first digit group (``end`` if it has one group)."""
+    sep = _SEP_RUN.search(text, start, end)
+    return sep.end() if sep else end
+
+
+def _last_group_start(text: str, start: int, end: int) -> int:
+    """Where the run ``text[start:end]``'s last digit group begins, less its separators (``start`` if one group)."""
+    last = None
+    for last in _SEP_RUN.finditer(text, start, end):
+        pass
+    return last.start() if last else start
 
 
 def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
@@ -263,14 +315,13 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     last = 0
     count = 0
     for m in _CANDIDATE.finditer(text):
-        start, end = m.span()
-        if uuids and any(s <= start < e or s < end <= e for s, e in uuids):
+        span = _outside_identifiers(text, *m.span(), uuids)
+        if span is None:
             continue
-        if _inside_hex_token(text, start, end):
-            continue
+        start, end = span
         if keep_otlp_times and _is_otlp_time(text, start, end):
             continue
-        masked, n = _mask_run(m.group())
+        masked, n = _mask_run(text[start:end])
         if n:
             pieces.append(text[last:start])
             pieces.append(masked)
