@@ -179,3 +179,12 @@ def test_a_pan_next_to_a_uuid_or_hex_id_is_masked_and_the_identifier_kept(text, 
 
     assert mask_text(text) == (masked, 1)
     assert may_contain_pan(text)
+
+
+@pytest.mark.parametrize("text, masked", [
+    ('{"m":"card\\u00a04111\\u00a01111\\u00a01111\\u00a01111"}', '{"m":"card\\u00a0411111******1111"}'),
+    ('{"m":"card\\u00204111111111111111"}', '{"m":"card\\u0020411111******1111"}'),
+])
+def test_a_pan_right_after_a_unicode_escape_in_a_raw_line_is_masked(text, masked):
+    # The escape's last hex digits ("a0", "20") are not the start of the run, nor a hex token.
+    assert mask_text(text) == (masked, 1)

@@ -52,8 +52,10 @@ _SEP_RUN = re.compile(f"{_SEP_UNIT}+")
 TRAILING_DIGIT_RUN = re.compile(rf"(?:\d|{_SEP_UNIT})+$")
 MAX_SEPARATOR_UNITS = 3
 MIN_GROUP_DIGITS, MAX_GROUP_DIGITS = 3, 6  # digits per group when separator runs or new separators are used
-# A digit run with separator runs between its digits, not touching another digit.
-_CANDIDATE = re.compile(rf"(?<!\d)\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12,}}(?!\d)")
+# A digit run with separator runs between its digits, not touching another digit; a \uXXXX escape
+# right before it (``\u00a04111…``) ends in hex digits that are not part of the run.
+_RUN_START = r"(?:(?<!\d)|(?<=\\u[0-9a-fA-F]{4}))(?<!\\u)(?<!\\u[0-9a-fA-F])(?<!\\u[0-9a-fA-F]{2})(?<!\\u[0-9a-fA-F]{3})"
+_CANDIDATE = re.compile(rf"{_RUN_START}\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12,}}(?!\d)")
 # Full-width digits (U+FF10..U+FF19) are read as ASCII digits before the search.
 _FULLWIDTH = {0xFF10 + i: ord("0") + i for i in range(10)}
 _FULLWIDTH_DIGIT = re.compile("[\uff10-\uff19]")
@@ -214,7 +216,8 @@ def _hex_token_sides(text: str, start: int, end: int) -> tuple[bool, bool]:
     if left < start and left >= 1 and _PERCENT_ESCAPE.search(text[:start]) and text[start - 3] == "%":
         left = start  # "%3D" before the run is an escaped character, not part of a hex token
     elif left < start and left >= 1 and text[left - 1] == "\\":
-        left += 1  # "\b" before the run is a JSON escape (a backspace), not part of a hex token
+        # A JSON escape before the run is not part of a hex token: "\b" (a backspace), "\u00a0".
+        left += 5 if text[left] == "u" and start - left >= 5 and all(c in _HEX_CHARS for c in text[left + 1:left + 5]) else 1
     right = end
     while right < len(text) and text[right].isalnum():
         right += 1
