@@ -131,6 +131,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
 from collector.errors import UserError
+from collector.store import ledger
 from collector.store.models import (
     AllocationEpisode,
     AttributionSettings,
@@ -878,8 +879,12 @@ def settings_row(session: Session, *, skew_ns: int, cluster: str, serving_contai
     found = session.execute(select(AS.c.id).where(AS.c.digest == digest)).scalar()
     if found is not None:
         return found
-    return session.execute(insert(AS).values(digest=digest, clock_skew_ns=skew_ns, cluster=cluster,
-                                              serving_containers=pins).returning(AS.c.id)).scalar_one()
+    row = {"digest": digest, "clock_skew_ns": skew_ns, "cluster": cluster, "serving_containers": pins}
+    new_id = session.execute(insert(AS).values(**row).returning(AS.c.id)).scalar_one()
+    # Ledgered: ``ledger verify`` recomputes lineage with these settings, so an edit here (a wider
+    # tolerance to match edited lineage rows) must itself show as a broken ledger row.
+    ledger.append(session, "attribution_settings", [{**row, "id": new_id}])
+    return new_id
 
 
 def tolerances_in_use(session: Session, *where: ColumnElement[bool]) -> dict[float | None, int]:

@@ -72,6 +72,20 @@ def test_verify_lineage_uses_each_rows_own_tolerance(hist):
         ("txn-0007", "status", "exact", "ambiguous")
 
 
+def test_an_edited_tolerance_breaks_the_ledger(hist):
+    """Widening the stored tolerance (to make edited skew-window rows recompute) is itself caught."""
+    from collector.store import ledger
+    from collector.store.models import AttributionSettings
+
+    h = hist
+    _two_pods(h)
+    attribute_run(h.s, cluster=CLUSTER)
+    assert ledger.verify(h.s).ok
+    h.s.execute(update(AttributionSettings).values(clock_skew_ns=60_000_000_000))
+    verdict = ledger.verify(h.s)
+    assert not verdict.ok and verdict.first_break.table_name == "attribution_settings"
+
+
 def test_verify_lineage_reports_a_row_without_its_record(hist):
     h = hist
     recs = _two_pods(h)

@@ -364,4 +364,5 @@ def _check_uncovered_rows(session: Session) -> Break | None:
 
 
 # Tables whose every row must be covered by the ledger. Stages register theirs here.
-LEDGERED_TABLES: set[str] = {"object_versions", "coverage_intervals", "quarantine", "inference_records", "findings", "evidence_packs"}
+LEDGERED_TABLES: set[str] = {"object_versions", "coverage_intervals", "quarantine", "inference_records", "findings", "evidence_packs",
+                              "attribution_settings"}
