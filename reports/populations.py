@@ -28,7 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import and_, func, literal, literal_column, or_, select
+from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, func, insert, literal,
+                        literal_column, or_, select)
 from sqlalchemy.orm import Session, aliased
 
 from collector.kube.normalize import device_capacity_bytes
@@ -229,8 +230,26 @@ LINEAGE_COLUMNS = (
     "transaction_id", "event_time", "event_time_ns", "cluster", "pod_namespace", "pod_name", "pod_uid",
     "container_name", "model_name", "model_version", "decision", "status", "reason", "candidates", "claim_namespace",
     "claim_name", "request", "driver", "pool", "device", "device_uuid", "physical_gpu_uuid", "mig_profile",
-    "node_name", "record_id", "raw_sha256",
+    "node_name", "co_tenant_namespaces", "record_id", "raw_sha256",
 )
+
+
+@dataclass(frozen=True)
+class CoTenancy:
+    """While ``[from_ns, to_ns)``, claims of ``namespace`` on physical GPU ``gpu`` had claims of the
+    namespaces ``others`` (``;``-separated, sorted) beside them on the same GPU (a sharing interval)."""
+
+    gpu: str
+    namespace: str
+    from_ns: int
+    to_ns: int
+    others: str
+
+
+# Loaded per pack rendering (``write_lineage``) on the rendering connection, dropped after it.
+CO_TENANCY = Table("draudit_pack_co_tenancy", MetaData(), Column("gpu", String(128)), Column("namespace", String(253)),
+                   Column("from_ns", BigInteger), Column("to_ns", BigInteger), Column("others", Text),
+                   Index("ix_draudit_pack_co_tenancy", "gpu", "namespace", "from_ns"), prefixes=["TEMPORARY"])
 
 
 def lineage_filter(scope: Scope):
@@ -240,19 +259,27 @@ def lineage_filter(scope: Scope):
                 _in_namespaces(func.coalesce(l.claim_namespace, i.pod_namespace), scope))
 
 
-def _lineage_stmt(scope: Scope):
+def _lineage_stmt(scope: Scope, co_tenancy: bool = False):
     """Transactions in scope joined to their lineage; columns labelled as in ``LINEAGE_COLUMNS`` (``event_time``
-    excepted: it is rendered from ``event_time_ns``); ordered by event time then record id."""
-    i, l = InferenceRecord, Lineage
-    return (select(i.transaction_id, i.event_time_ns, i.cluster, i.pod_namespace, i.pod_name,
+    excepted: it is rendered from ``event_time_ns``); ordered by event time then record id.
+
+    ``co_tenancy``: join the loaded ``CO_TENANCY`` table (at most one row matches a transaction: a
+    GPU's sharing intervals are disjoint) for ``co_tenant_namespaces``; else that column is null.
+    """
+    i, l, c = InferenceRecord, Lineage, CO_TENANCY.c
+    others = c.others if co_tenancy else literal(None, Text)
+    stmt = (select(i.transaction_id, i.event_time_ns, i.cluster, i.pod_namespace, i.pod_name,
                    func.coalesce(l.pod_uid, i.pod_uid).label("pod_uid"), i.container_name, i.model_name,
                    i.model_version, i.decision, func.coalesce(l.status, NOT_ATTRIBUTED).label("status"), l.reason,
                    l.candidates, l.claim_namespace, l.claim_name, l.request, l.driver, l.pool, l.device,
                    l.device_uuid, l.physical_gpu_uuid, l.mig_profile,
-                   func.coalesce(l.node_name, i.node_name).label("node_name"), i.id.label("record_id"), i.raw_sha256)
-            .select_from(i).outerjoin(l, l.record_id == i.id)
-            .where(lineage_filter(scope))
-            .order_by(i.event_time_ns, i.id))
+                   func.coalesce(l.node_name, i.node_name).label("node_name"), others.label("co_tenant_namespaces"),
+                   i.id.label("record_id"), i.raw_sha256)
+            .select_from(i).outerjoin(l, l.record_id == i.id))
+    if co_tenancy:
+        stmt = stmt.outerjoin(CO_TENANCY, and_(c.gpu == l.physical_gpu_uuid, c.namespace == l.claim_namespace,
+                                               c.from_ns <= i.event_time_ns, c.to_ns > i.event_time_ns))
+    return stmt.where(lineage_filter(scope)).order_by(i.event_time_ns, i.id)
 
 
 NOT_ATTRIBUTED = "not-attributed-yet"
@@ -262,10 +289,10 @@ _LINEAGE_INT = frozenset({"event_time_ns", "candidates", "record_id"})
 def _lineage_row(r, scope: Scope) -> list[Any]:
     # Positional unpacking: this runs once per transaction (millions), attribute access costs 3x.
     (txn, t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision, status, reason, candidates,
-     claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, record_id, raw_sha) = r
+     claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha) = r
     return [txn, _rfc3339(t_ns), t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision,
             status, reason, candidates, claim_ns, claim, request, driver, pool, device,
-            device_uuid, gpu, mig, node, record_id, raw_sha]
+            device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha]
 
 
 def _lineage_text_spec() -> list[tuple[str, str, str]]:
@@ -278,7 +305,7 @@ def _lineage_text_spec() -> list[tuple[str, str, str]]:
     return spec
 
 
-def lineage_text_stmts(scope: Scope, dialect: str):
+def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
     """The transaction-lineage population rendered as text by the database, in the population's order.
 
     Returns ``(csv, json)`` statements. On SQLite both are one statement selecting two columns, the
@@ -289,7 +316,7 @@ def lineage_text_stmts(scope: Scope, dialect: str):
     Raises:
         ValueError: ``dialect`` is neither ``sqlite`` nor ``postgresql``.
     """
-    inner = _lineage_stmt(scope).order_by(None).subquery("t")
+    inner = _lineage_stmt(scope, co_tenancy).order_by(None).subquery("t")
     spec = _lineage_text_spec()
     order = (inner.c.event_time_ns, inner.c.record_id)
     json_col = literal_column(sqltext.json_object_sql(spec, dialect)).label("json_object")
@@ -315,7 +342,8 @@ def _compiled(conn, stmt) -> tuple[str, Any]:
 _COPY_JSON = "FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01'"
 
 
-def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH) -> "WrittenPopulation":
+def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH,
+                  co_tenancy: Sequence[CoTenancy] = ()) -> "WrittenPopulation":
     """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json``, hashing as it writes.
 
     The rows are rendered to text by the database (``lineage_text_stmts``): on PostgreSQL with two
@@ -324,6 +352,10 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     session's connection, so they read the same snapshot as the rest of the pack. Memory is bounded
     by one batch. The files are byte-identical across the two backends for the same rows.
 
+    ``co_tenancy`` (the pack's sharing intervals per namespace) is loaded into a temporary table
+    on that connection for the ``co_tenant_namespaces`` column and dropped afterwards; without it
+    the column is empty.
+
     Returns:
         ``WrittenPopulation`` (row count, and the two files' sizes and SHA-256).
 
@@ -331,8 +363,19 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
         RuntimeError: the CSV and JSON passes returned different row counts (a bug: same snapshot).
     """
     conn = session.connection()
+    if not co_tenancy:
+        return _write_lineage(conn, scope, directory, batch_rows, False)
+    CO_TENANCY.create(conn)
+    try:
+        conn.execute(insert(CO_TENANCY), [vars(c) for c in co_tenancy])
+        return _write_lineage(conn, scope, directory, batch_rows, True)
+    finally:
+        CO_TENANCY.drop(conn)
+
+
+def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_tenancy: bool) -> "WrittenPopulation":
     dialect = conn.dialect.name
-    csv_stmt, json_stmt = lineage_text_stmts(scope, dialect)
+    csv_stmt, json_stmt = lineage_text_stmts(scope, dialect, co_tenancy)
     raw = conn.connection.driver_connection
     name = "transaction_lineage"
     with TextSink(directory / f"{name}.csv", csv_line(LINEAGE_COLUMNS) + "\n", background=True) as csv_out, \

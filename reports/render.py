@@ -475,7 +475,7 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
             if pdf and context["transactions"] >= PARALLEL_PDF_MIN_TRANSACTIONS:
                 pdf_job = _pdf_pool().submit(_write_pdf, html, tmp / "report.pdf", pack_id, scope.to_ns)
             try:
-                lineage = pop.write_lineage(session, scope, tmp / "data")
+                lineage = pop.write_lineage(session, scope, tmp / "data", co_tenancy=context["co_tenancy"])
             except BaseException:
                 if pdf_job is not None:
                     pdf_job.cancel()
@@ -604,7 +604,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "findings": describe(findings, col.facts, scope.tenant_of), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
         "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
         "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
-        "anchor": {"seq": anchor_seq, "hash": anchor_hash},
+        "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments),
         "columns": {"inventory": pop.INVENTORY_COLUMNS, "allocation_episodes": pop.EPISODE_COLUMNS,
                     "consumer_intervals": pop.CONSUMER_COLUMNS, "transaction_lineage": pop.LINEAGE_COLUMNS,
                     "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
@@ -637,6 +637,18 @@ def shutdown_pdf_worker() -> None:
     if _PDF_POOL is not None:
         _PDF_POOL.shutdown(wait=True)
         _PDF_POOL = None
+
+
+def co_tenancy(segments) -> list[pop.CoTenancy]:
+    """Per sharing interval and namespace in it, the other namespaces on the same physical GPU
+    (intervals where only one namespace's claims shared the GPU have no co-tenant)."""
+    out = []
+    for s in segments:
+        namespaces = sorted({claim.split("/", 1)[0] for claim in s.claims})
+        if len(namespaces) > 1:
+            out.extend(pop.CoTenancy(s.physical_gpu_uuid, ns, s.from_ns, s.to_ns,
+                                     ";".join(n for n in namespaces if n != ns)) for ns in namespaces)
+    return out
 
 
 def _timeline_gpus(bars: list[Bar], segments) -> set[str]:

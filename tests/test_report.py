@@ -605,3 +605,19 @@ def test_pack_states_the_tolerances_the_stored_lineage_was_computed_with(session
     assert result_meta(single)["clock_skew_tolerance_s"] == 0.5  # not the 2 s setting at rendering
     assert "0.5 s (the tolerance every attribution in the period was computed with)" in \
         re.sub(r"\s+", " ", (single / "index.html").read_text())
+
+
+def test_lineage_names_the_other_namespaces_on_the_same_gpu_at_the_transaction_time(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    first = render(sessions, tmp_path / "one", bundle, record=False, pdf=False)
+    lineage = {r["transaction_id"]: r for r in json.loads((first.path / "data/transaction_lineage.json").read_text())}
+    # marketing-ml's recsys-gpu held the H100 with risk-inference's fraud-0-gpu from 03:00 to 04:00
+    assert lineage["txn-0002"]["co_tenant_namespaces"] == "marketing-ml"  # 03:30
+    assert lineage["txn-0000"]["co_tenant_namespaces"] is None  # 02:00: fraud-0-gpu alone
+    assert lineage["txn-0200"]["co_tenant_namespaces"] is None  # not attributed to a GPU
+    assert len(lineage) == first.counts["transaction_lineage"]  # the join adds no row
+    header = (first.path / "data/transaction_lineage.csv").read_text().splitlines()[0].split(",")
+    assert header.index("co_tenant_namespaces") == header.index("node_name") + 1
+    second = render(sessions, tmp_path / "two", bundle, record=False, pdf=False)  # the temporary table is gone
+    for name in ("transaction_lineage.csv", "transaction_lineage.json"):
+        assert (first.path / "data" / name).read_bytes() == (second.path / "data" / name).read_bytes()
