@@ -357,5 +357,6 @@ def test_reader_keeps_otlp_request_lines_whole_up_to_the_document_limit():
 def test_a_leading_byte_order_mark_is_dropped():
     line = (DATA / "spring_ecs_34_flat.jsonl").read_bytes().splitlines()[0]
     cri = b"2025-03-04T10:15:00.067901337Z stdout F " + line
-    out = parse_stream(b"\xef\xbb\xbf" + line + b"\n\xef\xbb\xbf" + cri + b"\n")
-    assert rejected(out) == [] and len(records(out)) == 2
+    app_bom = b"2025-03-04T10:15:00.067901337Z stdout F \xef\xbb\xbf" + line  # the application wrote it
+    out = parse_stream(b"\xef\xbb\xbf" + line + b"\n\xef\xbb\xbf" + cri + b"\n" + app_bom + b"\n")
+    assert rejected(out) == [] and len(records(out)) == 3

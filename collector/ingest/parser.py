@@ -318,6 +318,8 @@ class LineParser:
 
     def _decode_payload(self, text: str) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
         body = text.strip()
+        if body.startswith("\ufeff"):  # the application wrote a byte order mark first
+            body = body[1:].lstrip()
         if not body.startswith("{"):
             raise Rejected("unparseable: the application line is plain text, not JSON")
         special = "\x00" in body or "\\u" in body
