@@ -479,3 +479,13 @@ def test_cli_truncated_gzip_names_the_file_and_stores_what_came_before(database_
     readable = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut_file.read_bytes())  # all that can be read
     assert counts["read"] - 2 == readable.count(b"\n") + (not readable.endswith(b"\n")) > 0  # + gelf.jsonl's 2
     assert counts["quarantined"] == (not readable.endswith(b"\n"))  # the line cut in the middle
+
+
+def test_cli_names_the_flag_for_a_bad_flag_value_and_the_variable_for_a_bad_environment_value(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    runner = _migrated(url)
+    result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url, "--cluster", " "])
+    assert result.exit_code == 2 and "draudit: error: --cluster must not be empty" in result.stderr
+    monkeypatch.setenv("DRAUDIT_CLUSTER", " ")
+    result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url])
+    assert result.exit_code == 2 and "draudit: error: DRAUDIT_CLUSTER must not be empty" in result.stderr

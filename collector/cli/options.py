@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 import click
 
-from collector.settings import Settings, load_settings
+from collector.errors import UserError
+from collector.settings import ENV_VARS, Settings, load_settings
 from collector.store.db import make_engine, make_session_factory
 from collector.store.migrate import require_current_schema
 
@@ -26,8 +27,21 @@ def output_option(fn: Callable) -> Callable:
 
 
 def settings_from(**overrides: Any) -> Settings:
-    """Settings from the environment with the given CLI overrides (``None`` = not given)."""
-    return load_settings(**overrides)
+    """Settings from the environment with the given CLI overrides (``None`` = not given).
+
+    A bad value given by a flag is reported under the flag (``--cluster``: the field's name with
+    dashes, as the validated flags are spelled), not under the environment variable.
+    """
+    settings = load_settings()  # a bad environment value fails here, named by its variable
+    try:
+        return settings.with_overrides(**overrides)
+    except UserError as exc:
+        message = str(exc)
+        for name, value in overrides.items():
+            var = next((k for k, v in ENV_VARS.items() if v == name), None)
+            if value is not None and var and message.startswith((var + " ", var + "=")):
+                message = f"--{name.replace('_', '-')}" + message[len(var):]
+        raise UserError(message, exc.exit_code) from None
 
 
 def open_store(settings: Settings, *, check_schema: bool = True):
