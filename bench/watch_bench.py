@@ -13,9 +13,11 @@ and report the commit lag (receive → commit) percentiles from the recorder's m
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from sqlalchemy import func, select
 
@@ -67,6 +69,11 @@ class _Server:
                                      stdout=subprocess.PIPE, text=True)
         self.url = self._expect("URL")
 
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used (utime + stime, from /proc)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def _expect(self, word: str) -> str:
         line = self.proc.stdout.readline().split()
         assert line and line[0] == word, line
@@ -101,6 +108,7 @@ def run(url: str, n: int) -> None:
     lag = w2.metrics.commit_lag
     lag_before = _histogram(lag)
     server_cpu = ServerCpu(engine.url.database if engine.dialect.name == "postgresql" else None)
+    api_cpu0 = srv.cpu_s()
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     w2.start()
@@ -114,13 +122,14 @@ def run(url: str, n: int) -> None:
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     db_cpu = server_cpu.used_s()
+    api_cpu = srv.cpu_s() - api_cpu0
     with sessions() as s:
         rows = s.execute(select(func.count()).select_from(ObjectVersion)).scalar_one() - before
     lag_after = _histogram(lag)
     w2.stop()
     srv.close()
     print(f"{engine.dialect.name:10s} {rows} events committed in {elapsed:6.2f} s (collector CPU {cpu:5.2f} s, "
-          f"database server CPU {db_cpu:5.2f} s) = "
+          f"database server CPU {db_cpu:5.2f} s, fake API server CPU {api_cpu:5.2f} s) = "
           f"{rows / elapsed:8.0f} events/s; commit lag p50 ≤ {_quantile(lag_before, lag_after, 0.5)} s, "
           f"p99 ≤ {_quantile(lag_before, lag_after, 0.99)} s")
     migrate.downgrade(engine, "base")
