@@ -28,8 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, func, insert, literal,
-                        literal_column, or_, select)
+from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, delete, func, insert,
+                        literal, literal_column, or_, select, text)
 from sqlalchemy.orm import Session, aliased
 
 from collector.kube.normalize import device_capacity_bytes
@@ -365,12 +365,17 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     conn = session.connection()
     if not co_tenancy:
         return _write_lineage(conn, scope, directory, batch_rows, False)
-    CO_TENANCY.create(conn)
+    # SQLite runs the CREATE outside the session's transaction and rolls the DROP back with it: a
+    # pooled connection may still hold the (then empty) table, hence checkfirst and the DELETE.
+    CO_TENANCY.create(conn, checkfirst=True)
     try:
+        conn.execute(delete(CO_TENANCY))
         conn.execute(insert(CO_TENANCY), [vars(c) for c in co_tenancy])
+        if conn.dialect.name == "postgresql":
+            conn.execute(text(f"ANALYZE {CO_TENANCY.name}"))  # row estimates for the join plan
         return _write_lineage(conn, scope, directory, batch_rows, True)
     finally:
-        CO_TENANCY.drop(conn)
+        CO_TENANCY.drop(conn, checkfirst=True)
 
 
 def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_tenancy: bool) -> "WrittenPopulation":

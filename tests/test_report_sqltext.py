@@ -122,3 +122,17 @@ def test_sql_text_rejects_unknown_dialect_and_kind():
 def test_csv_field_quotes_rfc4180_specials_only():
     assert pop.csv_line(["plain", None, True, False, 7, 'a "q"', "x,y", "l\nf", "c\rr", "", {"b": 1, "a": [2]}, "\\.", "\\.x"]) == \
         'plain,,true,false,7,"a ""q""","x,y","l\nf","c\rr",,"{""a"":[2],""b"":1}",\\.,\\.x'
+
+
+def test_co_tenant_namespaces_in_two_successive_renderings(sessions, tmp_path):
+    _fill(sessions)
+    scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
+    shared = [pop.CoTenancy("GPU-7f3c2a1e", "risk-inference", DAY_NS, DAY_NS + 10 * 10**9, "kyc-docs;marketing-ml")]
+    for run in ("one", "two"):  # each in its own session, as two renderings from one process
+        (tmp_path / run).mkdir()
+        with sessions() as s:
+            written = pop.write_lineage(s, scope, tmp_path / run, co_tenancy=shared)
+        objects = json.loads((tmp_path / run / "transaction_lineage.json").read_text())
+        assert written.count == len(objects)
+        co = {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects if o["status"] == "exact"}
+        assert co["txn-001"] == "kyc-docs;marketing-ml" and co["txn-011"] is None  # at 1 s and at 11 s
