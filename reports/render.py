@@ -85,7 +85,8 @@ POPULATION_ROWS = {
     "inventory": "a device published in a ResourceSlice, over the interval its attributes held",
     "allocation_episodes": "a device allocated to a claim (allocation result), over the claim's allocation",
     "consumer_intervals": "a pod reserving an allocated claim (status.reservedFor), over that interval",
-    "transaction_lineage": "a logged transaction with the pod, claim, device and physical GPU that served it",
+    "transaction_lineage": "a logged transaction with the pod, claim, device and physical GPU that served it, and "
+                           "the other namespaces holding that GPU at that instant (co_tenant_namespaces)",
     "findings": "a policy decision (rule, severity, subjects, evidence), once per decision",
     "coverage": "an interval in which the watcher was synced, or a gap, per cluster and kind",
     "sharing": "an interval in which two or more claims held the same physical GPU",
