@@ -5,8 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+from click.testing import CliRunner
 from sqlalchemy import delete, text, update
 
+from collector.cli import cli
 from collector.store.models import LedgerEntry, ObjectVersion
 from tests.test_store import _claim, _store_versions, _version_row
 
@@ -48,7 +51,9 @@ def test_bad_database_inputs_give_one_line_and_no_traceback(tmp_path, database_u
         ("mysql://root@127.0.0.1/test", "not supported"),
         ("postgresql://root@127.0.0.1:1/nowhere", "cannot connect to database"),
         (f"sqlite:///{tmp_path / 'never-migrated.db'}", "run `draudit db upgrade` first"),
+        (f"sqlite:///{tmp_path / 'typo.db'}", "does not exist; create the store with `draudit db upgrade"),
     ]
+    (tmp_path / "never-migrated.db").touch()  # exists, but holds no schema
     for url, expected in cases:
         r = draudit("ledger", "verify", "--database-url", url)
         assert r.returncode == 2, (url, r.stderr)
@@ -58,3 +63,12 @@ def test_bad_database_inputs_give_one_line_and_no_traceback(tmp_path, database_u
         conn.execute(text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
     r = draudit("ledger", "verify", "--database-url", database_url)
     assert r.returncode == 2 and "does not know" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("command", [["trace", "TXN-1"], ["attribute"], ["jobs", "list"]])
+def test_commands_on_a_missing_sqlite_store_do_not_create_it(tmp_path, command):
+    path = tmp_path / "typo.db"
+    res = CliRunner().invoke(cli, [*command, "--database-url", f"sqlite:///{path}"])
+    assert res.exit_code == 2, res.output
+    assert f"database file {path} does not exist" in res.output and "draudit db upgrade" in res.output
+    assert not path.exists()

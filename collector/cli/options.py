@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Callable
 
 import click
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from collector.errors import UserError
 from collector.settings import ENV_VARS, Settings, load_settings
@@ -50,10 +53,26 @@ def open_store(settings: Settings, *, check_schema: bool = True):
     Raises:
         UserError: bad URL, unreachable database, or a schema not at this version's head.
     """
+    if check_schema:
+        _require_existing_sqlite_file(settings.database_url)
     engine = make_engine(settings.database_url)
     if check_schema:
         require_current_schema(engine)
     return engine, make_session_factory(engine)
+
+
+def _require_existing_sqlite_file(url: str) -> None:
+    """A command that needs a migrated store must not create an empty SQLite file by connecting
+    (SQLite creates a missing file on first connect); ``draudit db upgrade`` creates stores."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # make_engine reports a malformed URL
+    path = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not path or path == ":memory:" or path.startswith("file:"):
+        return
+    if not Path(path).exists():
+        raise UserError(f"database file {path} does not exist; create the store with `draudit db upgrade --database-url {url}`")
 
 
 def echo_json(value: Any) -> None:
