@@ -22,6 +22,13 @@ class WatchMetrics:
     synced: Gauge
     leader: Gauge
 
+    def declare_kind(self, kind: str) -> None:
+        """Create the per-kind series at 0, so that ``rate()`` and alerts on gaps, reconnects,
+        relists and quarantine see a series before the first increment (Prometheus practice)."""
+        for counter in (self.relists, self.gaps, self.reconnects, self.quarantined):
+            counter.labels(kind)
+        self.synced.labels(kind)
+
 
 _BY_REGISTRY: dict[int, WatchMetrics] = {}
 

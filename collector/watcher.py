@@ -219,6 +219,8 @@ class Watcher:
             if self.recorder is not None:
                 return
             fence = self.elector.is_leader if self.elector else None
+            for spec in self.kinds:
+                self.metrics.declare_kind(spec.kind)
             self.recorder = Recorder(self.sessions, self.settings.cluster, fence=fence, metrics=self.metrics)
             self.recorder.start()
             self.reflectors = [

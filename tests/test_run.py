@@ -46,6 +46,9 @@ def test_run_serves_health_metrics_and_ingest_then_stops_on_sigterm(srv, databas
         assert ready
         metrics = http.request("GET", base + "/metrics").data.decode()
         assert 'draudit_watch_relists_total{kind="ResourceClaim"}' in metrics
+        # the per-kind series exist before their first increment, so alerts on rate() see them
+        assert 'draudit_watch_gaps_total{kind="Pod"} ' in metrics
+        assert 'draudit_watch_reconnects_total{kind="ResourceSlice"} ' in metrics
         body = (json.dumps(FLUENT_BIT_LINE) + "\n").encode()
         assert http.request("POST", base + "/v1/ingest", body=body, headers={"Content-Type": "application/x-ndjson"}).status == 401
         resp = http.request("POST", base + "/v1/ingest", body=body,
