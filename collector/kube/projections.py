@@ -56,7 +56,7 @@ from sqlalchemy.orm import Session
 
 from collector.kube.normalize import device_attribute, device_capacity_bytes, normalize
 from collector.store.canonical import canonical_json
-from collector.store.bulk import pg_copy_insert
+from collector.store.bulk import pg_copy_insert, pg_next_ids
 from collector.store.models import (
     AllocationEpisode,
     AllocationResult,
@@ -511,10 +511,7 @@ def _pg_copy(session: Session, table: Any, rows: list[dict[str, Any]], returning
     defaults = {c.name: c.default.arg for c in table.columns
                 if c.name in present and c.default is not None and c.default.is_scalar}
     conn = session.connection()
-    ids: list[int] = []
-    if returning:
-        ids = [r for (r,) in conn.exec_driver_sql(
-            f"SELECT nextval(pg_get_serial_sequence('{table.name}', 'id')) FROM generate_series(1, {len(rows)})").all()]
+    ids = pg_next_ids(session, table.name, len(rows)) if returning else []
 
     def values(i: int, row: dict[str, Any]) -> list[Any]:
         out = [ids[i]] if returning else []

@@ -29,7 +29,7 @@ from collector.kube.discovery import KindSpec
 from collector.kube.projections import apply_versions
 from collector.kube.reflector import KnownObject, ObservedEvent
 from collector.store import ledger
-from collector.store.bulk import pg_copy_insert
+from collector.store.bulk import pg_copy_insert, pg_next_ids
 from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import CoverageInterval, ObjectVersion, Quarantine, WatchState
 from collector.timeutil import dt_to_ns, ns_to_dt, now_ns
@@ -52,8 +52,7 @@ def _pg_copy_versions(s: Session, values: list[tuple]) -> list[tuple]:
     ``ON CONFLICT DO NOTHING``), which skips the replays. Same rows either way, half the work.
     """
     conn = s.connection()
-    ids = [i for (i,) in conn.exec_driver_sql(
-        f"SELECT nextval(pg_get_serial_sequence('object_versions', 'id')) FROM generate_series(1, {len(values)})").all()]
+    ids = pg_next_ids(s, "object_versions", len(values))
     try:
         with conn.begin_nested():  # the Connection's: a Session savepoint is emitted lazily, not around a raw COPY
             with conn.connection.driver_connection.cursor() as cur:

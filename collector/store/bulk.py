@@ -34,3 +34,10 @@ def pg_copy_insert(session: Session, table: str, columns: Sequence[str], rows: I
         f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
         f"ON CONFLICT {target}DO NOTHING RETURNING {', '.join(returning)}")
     return [tuple(r) for r in result.all()]
+
+
+def pg_next_ids(session: Session, table: str, count: int) -> list[int]:
+    """``count`` new values of ``table``'s ``id`` sequence, in ascending order (PostgreSQL), so
+    rows can be COPYed with their ids known beforehand. Values drawn and not used leave gaps."""
+    return [i for (i,) in session.connection().exec_driver_sql(
+        f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, {int(count)})").all()]
