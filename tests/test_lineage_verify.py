@@ -6,25 +6,15 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert, select, text, update
 
 from collector.cli import cli
 from collector.lineage import _co_tenants_stmt, attribute_run, co_tenants, lineage_select, tolerances_in_use, verify_lineage
 from collector.store.models import InferenceRecord, Lineage
-from tests.test_lineage import CLUSTER, GPU_A, GPU_B, S, T0, History, single_gpu_pod
+from tests.test_lineage import CLUSTER, GPU_A, GPU_B, S, T0, History, hist, single_gpu_pod  # noqa: F401 - hist is a fixture
 
 FAKE = "GPU-FAKE-0000"
-
-
-@pytest.fixture
-def hist(sessions):
-    """A ``History`` on a store whose watcher has been synced for an hour before ``T0``."""
-    with sessions() as session:
-        h = History(session)
-        h.covered()
-        yield h
 
 
 def _two_pods(h: History) -> dict[str, int]:
