@@ -155,3 +155,15 @@ def test_ledger_fast_path_knows_every_utc_datetime_column():
     # slow canonical path (same bytes, several times the cost per row).
     assert ledger._datetime_columns(ledger.ledgered_table("object_versions")) == ("observed_at",)
     assert ledger._datetime_columns(ledger.ledgered_table("quarantine")) == ("received_at",)
+
+
+def test_postgresql_connections_plan_each_statement_for_its_parameters(engine):
+    """psycopg prepares a statement from its 6th execution; PostgreSQL's generic plan for it, chosen
+    while a table was small, later scanned millions of rows per duplicate lookup. Every pooled
+    connection, including a fresh one after the pool recycles, must use custom plans."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("plan_cache_mode is a PostgreSQL setting")
+    for _ in range(2):
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "force_custom_plan"
+            conn.invalidate()  # next connect opens a new DBAPI connection

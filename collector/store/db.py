@@ -64,9 +64,29 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             _configure_sqlite(engine)
         else:
             engine = create_engine(url, pool_pre_ping=True, **kwargs)
+            _configure_postgresql(engine)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise UserError(f"database URL cannot be used: {exc}") from None
     return engine
+
+
+def _configure_postgresql(engine: Engine) -> None:
+    """Plan every prepared statement for its own parameters (``plan_cache_mode``, PostgreSQL 12+).
+
+    psycopg prepares a statement server-side from its 6th execution, and PostgreSQL then switches
+    to a generic plan if it is not costlier than the custom plans seen so far. Our statements run
+    first against small tables (a fresh store, the start of an ingest), where a sequential scan is
+    the cheapest plan; the generic plan kept from then scanned the whole ``inference_records`` table
+    for each duplicate lookup once it held millions of rows (measured: 1 ms of server CPU per
+    ingested line at 200 k lines). Custom plans cost a few tens of microseconds of planning per
+    statement. Set per connection rather than as a startup option, which poolers such as
+    PgBouncer reject."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):  # noqa: ANN001 - DBAPI types
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET plan_cache_mode = force_custom_plan")
+        dbapi_connection.commit()
 
 
 def _json_dumps(value: Any) -> str:
