@@ -42,26 +42,35 @@ _VERSION_COLUMNS = ("cluster", "api_group", "api_version", "kind", "namespace", 
                     "event_type", "observed_at", "raw", "content_hash")
 
 
-def _pg_copy_versions(s: Session, values: list[tuple]) -> list[tuple]:
+class _ReplayedVersion(Exception):
+    """A version in the batch is already stored: commit the batch again through the replay-safe path."""
+
+
+def _pg_copy_versions(s: Session, values: list[tuple], replays_possible: bool) -> list[tuple]:
     """PostgreSQL: insert ``object_versions`` rows (tuples in ``_VERSION_COLUMNS`` order); returns
     ``(id, uid, resource_version, event_type)`` of the rows inserted.
 
     A replay (a key already stored) is rare: the resume point is committed with the rows. So the
-    rows are COPYed straight into the table with ids drawn from its sequence, under a savepoint;
-    only if a key is already there does the batch go through ``pg_copy_insert`` (staging table,
+    rows are COPYed straight into the table with ids drawn from its sequence, with no savepoint
+    (two round trips per batch saved); if a key is already there the unique index refuses the COPY,
+    the transaction is rolled back (``_ReplayedVersion``) and the recorder commits the same batch
+    again with ``replays_possible``: through ``pg_copy_insert`` (staging table,
     ``ON CONFLICT DO NOTHING``), which skips the replays. Same rows either way, half the work.
+
+    Raises:
+        _ReplayedVersion: a key is already stored (only when not ``replays_possible``).
     """
-    conn = s.connection()
-    ids = pg_next_ids(s, "object_versions", len(values))
-    try:
-        with conn.begin_nested():  # the Connection's: a Session savepoint is emitted lazily, not around a raw COPY
-            with conn.connection.driver_connection.cursor() as cur:
-                with cur.copy(f"COPY object_versions (id, {', '.join(_VERSION_COLUMNS)}) FROM STDIN") as copy:
-                    for new_id, row in zip(ids, values):
-                        copy.write_row((new_id, *row))
-    except psycopg.errors.UniqueViolation:
+    if replays_possible:
         return pg_copy_insert(s, "object_versions", _VERSION_COLUMNS, values, _VERSION_KEY,
                               ("id", "uid", "resource_version", "event_type"))
+    ids = pg_next_ids(s, "object_versions", len(values))
+    try:
+        with s.connection().connection.driver_connection.cursor() as cur:
+            with cur.copy(f"COPY object_versions (id, {', '.join(_VERSION_COLUMNS)}) FROM STDIN") as copy:
+                for new_id, row in zip(ids, values):
+                    copy.write_row((new_id, *row))
+    except psycopg.errors.UniqueViolation:
+        raise _ReplayedVersion() from None
     uid_at, rv_at, type_at = (_VERSION_COLUMNS.index(c) for c in ("uid", "resource_version", "event_type"))
     return [(new_id, row[uid_at], row[rv_at], row[type_at]) for new_id, row in zip(ids, values)]
 
@@ -208,11 +217,14 @@ class Recorder:
                 self.metrics.queue_depth.set(self.queue.qsize())
 
     def _commit_with_retry(self, ops: list[_Op]) -> None:
+        replays_possible = False
         while not self.fenced_out.is_set():
             try:
-                self._commit(ops)
+                self._commit(ops, replays_possible)
                 self.last_error = None
                 break
+            except _ReplayedVersion:  # rolled back; at once again, skipping the versions already stored
+                replays_possible = True
             except FencedOut:
                 log.error("lost the leader Lease: stopped writing (nothing after the last commit was stored)")
                 self.fenced_out.set()
@@ -226,7 +238,7 @@ class Recorder:
             if op.done is not None:
                 op.done.set()
 
-    def _commit(self, ops: list[_Op]) -> None:
+    def _commit(self, ops: list[_Op], replays_possible: bool = False) -> None:
         committed_rv: dict[str, str] = {}
         states: dict[str, str] = {}
         counts: dict[str, list[int]] = {}
@@ -240,7 +252,7 @@ class Recorder:
                     kind = op.spec.kind
                     c = counts.setdefault(kind, [0, 0])
                     if op.kind == "events":
-                        rows = self._insert_versions(s, op.spec, op.payload)
+                        rows = self._insert_versions(s, op.spec, op.payload, replays_possible)
                         new_versions.extend(rows)
                         c[0] += len(rows)
                         lag_ns.extend(ev.observed_ns for ev in op.payload)
@@ -280,8 +292,13 @@ class Recorder:
 
     # -- SQL -----------------------------------------------------------------------------------
 
-    def _insert_versions(self, s: Session, spec: KindSpec, events: list[ObservedEvent]) -> list[dict]:
-        """Insert the versions (replays absorbed); returns the rows actually inserted, with ids."""
+    def _insert_versions(self, s: Session, spec: KindSpec, events: list[ObservedEvent],
+                         replays_possible: bool = True) -> list[dict]:
+        """Insert the versions (replays absorbed); returns the rows actually inserted, with ids.
+
+        Raises:
+            _ReplayedVersion: PostgreSQL, a version is already stored and not ``replays_possible``.
+        """
         rows = []
         raw_texts = []  # canonical JSON of each raw object, serialised once: hashed, and COPYed on PostgreSQL
         for ev in events:
@@ -301,7 +318,7 @@ class Recorder:
         by_key = {(r["uid"], r["resource_version"], r["event_type"]): r for r in rows}
         if s.get_bind().dialect.name == "postgresql":
             values = [(*(r[c] for c in _VERSION_COLUMNS[:-2]), text.decode(), r["content_hash"]) for r, text in zip(rows, raw_texts)]
-            result = _pg_copy_versions(s, values)
+            result = _pg_copy_versions(s, values, replays_possible)
         else:
             table = ObjectVersion.__table__
             stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
