@@ -2,20 +2,23 @@
 
 One call writes one batch inside the caller's transaction, in three set-based steps:
 
-1. look up the batch's transaction ids once (``WHERE transaction_id IN …``) to learn which
-   dedup keys exist and which transactions are already known;
+1. look up the batch's transaction ids once to learn which dedup keys exist and which
+   transactions are already known: SQLite ``WHERE transaction_id IN …``; PostgreSQL COPYs the
+   batch into a TEMP staging table first and joins it (one statement; the staged rows are the
+   ones inserted unless some turn out to be duplicates or conflicts, then the staging table is
+   loaded again with the rows to insert);
 2. insert the new rows straight through the driver, with the values already bound the way
    SQLAlchemy's types would bind them (records arrive as ``record.PreparedRecord``: column values
-   with the attributes as JSON text): PostgreSQL COPYs the batch into a TEMP staging table and
-   runs ``INSERT … SELECT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key``; SQLite
+   with the attributes as JSON text): PostgreSQL runs ``INSERT … SELECT … FROM`` the staging table
+   ``ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key``; SQLite
    runs one prepared ``INSERT … ON CONFLICT DO NOTHING`` per row (``executemany``) and reads the
    new ids back by range — the transaction holds SQLite's write lock from ``BEGIN IMMEDIATE``, so
    every row above the previous largest id is one of ours. A row that loses a race with a
    concurrent writer (PostgreSQL) is not returned and counts as a duplicate;
 3. quarantine rows with ``ON CONFLICT (content_key) DO NOTHING``: the same line of the same
    source, quarantined before, is not stored twice (it still counts as quarantined in the run);
-   then one ledger entry per inserted row of both tables (``collector.store.ledger.append``), in
-   the same transaction.
+   then one ledger entry per inserted row of both tables (``collector.store.ledger.append``;
+   records as value tuples through ``ledger.append_values``), in the same transaction.
 
 A record whose transaction id is already stored (or earlier in the batch) with *different*
 content is stored with ``conflict = true``: never overwritten, never dropped.
@@ -37,7 +40,7 @@ from sqlalchemy.orm import Session
 from collector.ingest.parser import Outcome
 from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord
 from collector.store import ledger
-from collector.store.bulk import pg_copy_insert
+from collector.store.bulk import pg_insert_staged, pg_stage
 from collector.store.canonical import content_hash
 from collector.store.models import InferenceRecord, Quarantine
 
@@ -46,6 +49,7 @@ QUARANTINE = Quarantine.__table__
 LOOKUP_CHUNK = 1000  # transaction ids per IN (...) query
 # inference_records columns in the order the writer binds them: the parsed values, then its own.
 INSERT_COLUMNS = PREPARED_COLUMNS + ("received_ns", "run_id", "conflict")
+LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples handed to ledger.append_values
 _TXN = PREPARED_COLUMNS.index("transaction_id")
 _KEY = PREPARED_COLUMNS.index("dedup_key")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
@@ -70,11 +74,21 @@ def quarantine_content_key(stage: str, source: str, position: str | None, raw_sh
     return content_hash([stage, source, position, raw_sha256])
 
 
-def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
-    """Insert rows (tuples in ``INSERT_COLUMNS`` order); ``(id, dedup_key)`` of those inserted."""
+def _insert_records(session: Session, params: list[tuple[Any, ...]],
+                    staged: list[tuple[Any, ...]] | None = None) -> list[tuple[int, str]]:
+    """Insert rows (tuples in ``INSERT_COLUMNS`` order); ``(id, dedup_key)`` of those inserted.
+
+    ``staged``: the rows already in the PostgreSQL staging table (``_write_records``); used as
+    they are when they are ``params``, else the staging table is loaded again with ``params``.
+    """
     conn = session.connection()
     if conn.dialect.name == "postgresql":
-        return pg_copy_insert(session, "inference_records", INSERT_COLUMNS, params, ("dedup_key",), ("id", "dedup_key"))
+        if staged is None or not (len(staged) == len(params) and not any(p[-1] for p in params)):
+            # Some rows were duplicates or conflicts (fresh keeps the batch order and drops only
+            # duplicates, so equal lengths and no conflict flag mean params == staged).
+            pg_stage(session, "inference_records", INSERT_COLUMNS, params)
+        return pg_insert_staged(session, "inference_records", INSERT_COLUMNS, "draudit_stage_inference_records",
+                                ("dedup_key",), ("id", "dedup_key"))
     before = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM inference_records").scalar_one()
     cur = conn.connection.driver_connection.cursor()
     try:
@@ -86,6 +100,18 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
     if len(out) != inserted:  # another writer inside our transaction: impossible under BEGIN IMMEDIATE
         raise RuntimeError(f"inference_records: {inserted} rows inserted but {len(out)} found above id {before}")
     return out
+
+
+def _known_staged(session: Session, stage: str) -> tuple[set[str], set[str]]:
+    """``_known`` for the transaction ids of the staged batch (PostgreSQL), by one join."""
+    keys: set[str] = set()
+    txns: set[str] = set()
+    for txn, key in session.connection().exec_driver_sql(
+            "SELECT r.transaction_id, r.dedup_key FROM inference_records r "
+            f"WHERE r.transaction_id IN (SELECT s.transaction_id FROM {stage} s)"):
+        keys.add(key)
+        txns.add(txn)
+    return keys, txns
 
 
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
@@ -135,7 +161,15 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
 
 def _write_records(session: Session, records: list[PreparedRecord], run_id: str | None, received_ns: int,
                    result: BatchResult) -> None:
-    existing_keys, existing_txns = _known(session, sorted({r.values[_TXN] for r in records}))
+    staged: list[tuple[Any, ...]] | None = None
+    if session.connection().dialect.name == "postgresql":
+        # COPY the batch as it is inserted when nothing in it is known (the common case) and look
+        # the known rows up by joining the staging table: one statement, not IN lists of 1000.
+        tail = (received_ns, run_id, False)
+        staged = [r.values + tail for r in records]
+        existing_keys, existing_txns = _known_staged(session, pg_stage(session, "inference_records", INSERT_COLUMNS, staged))
+    else:
+        existing_keys, existing_txns = _known(session, sorted({r.values[_TXN] for r in records}))
     batch_keys: set[str] = set()
     batch_txn_key: dict[str, str] = {}
     fresh: dict[str, tuple[PreparedRecord, tuple[Any, ...]]] = {}
@@ -151,18 +185,17 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
         fresh[key] = (rec, values + (received_ns, run_id, conflict))
     if not fresh:
         return
-    inserted: list[dict[str, Any]] = []
-    for rid, key in sorted(_insert_records(session, [p for _, p in fresh.values()])):
+    inserted: list[tuple[Any, ...]] = []  # (id, *params) with the attributes as the ledger reads them back
+    params = [p for _, p in fresh.values()]
+    for rid, key in sorted(_insert_records(session, params, staged)):
         rec, params = fresh.pop(key)
-        row = dict(zip(INSERT_COLUMNS, params))
         text = params[_ATTRS]
-        row["attributes"] = orjson.Fragment(text) if rec.exact_json else json.loads(text)
-        row["id"] = rid
-        inserted.append(row)
+        attributes = orjson.Fragment(text) if rec.exact_json else json.loads(text)
+        inserted.append((rid, *params[:_ATTRS], attributes, *params[_ATTRS + 1:]))
     result.duplicates += len(fresh)  # lost a race with a concurrent writer
     result.stored = len(inserted)
-    result.conflicts = sum(1 for r in inserted if r["conflict"])
-    ledger.append(session, "inference_records", inserted)
+    result.conflicts = sum(1 for r in inserted if r[-1])
+    ledger.append_values(session, "inference_records", LEDGER_COLUMNS, inserted)
 
 
 def _quarantine_row(o: Outcome, run_id: str | None, received_at: datetime) -> dict[str, Any]:

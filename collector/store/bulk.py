@@ -20,6 +20,14 @@ def pg_copy_insert(session: Session, table: str, columns: Sequence[str], rows: I
 
     JSON columns take their JSON text; datetimes must be aware. Runs in the session's transaction.
     """
+    stage = pg_stage(session, table, columns, rows)
+    return pg_insert_staged(session, table, columns, stage, conflict_columns, returning)
+
+
+def pg_stage(session: Session, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """COPY ``rows`` into the session's TEMP staging table of ``table`` (created with the target's
+    column types on first use, emptied first); returns the staging table's name, which the caller
+    may query (e.g. join against ``table``) before ``pg_insert_staged``."""
     cols = ", ".join(columns)
     stage = f"draudit_stage_{table}"
     conn = session.connection()
@@ -29,8 +37,15 @@ def pg_copy_insert(session: Session, table: str, columns: Sequence[str], rows: I
         with cur.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
+    return stage
+
+
+def pg_insert_staged(session: Session, table: str, columns: Sequence[str], stage: str,
+                     conflict_columns: Sequence[str], returning: Sequence[str]) -> list[tuple]:
+    """``INSERT INTO table SELECT … FROM stage ON CONFLICT DO NOTHING RETURNING …`` (see ``pg_copy_insert``)."""
+    cols = ", ".join(columns)
     target = f"({', '.join(conflict_columns)}) " if conflict_columns else ""
-    result = conn.exec_driver_sql(
+    result = session.connection().exec_driver_sql(
         f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} "
         f"ON CONFLICT {target}DO NOTHING RETURNING {', '.join(returning)}")
     return [tuple(r) for r in result.all()]

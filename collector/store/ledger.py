@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from functools import lru_cache
 from hashlib import sha256
+from operator import itemgetter
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
@@ -171,6 +172,52 @@ def append(session: Session, table_name: str, rows: Sequence[Mapping[str, Any]])
     table = ledgered_table(table_name)
     pk = _pk(table)
     return _append_entries(session, ((table_name, str(r[pk.name]), "insert", leaf_hash(table, r), None) for r in rows))
+
+
+def append_values(session: Session, table_name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Head:
+    """``append`` for rows given as value tuples in ``columns`` order (a bulk writer's own tuples),
+    without building a mapping per row; the entries are the ones ``append`` writes for
+    ``dict(zip(columns, row))`` (``leaf_values`` gives ``leaf_hash``'s bytes).
+
+    Args:
+        session: as for ``append``.
+        table_name: a table with a single-column primary key, which ``columns`` must name.
+        columns: the column of each tuple position; columns of the table not named are None.
+        rows: the tuples, in the order the entries are to be appended.
+    """
+    if not rows:
+        return current_head(session)
+    table = ledgered_table(table_name)
+    key_at = list(columns).index(_pk(table).name)
+    leaf = _values_leaf(table, tuple(columns))
+    return _append_entries(session, ((table_name, str(r[key_at]), "insert", leaf(r), None) for r in rows))
+
+
+@lru_cache(maxsize=None)
+def _values_leaf(table: Table, columns: tuple[str, ...]):
+    """A function: value tuple in ``columns`` order → ``leaf_hash(table, dict(zip(columns, values)))``.
+
+    The content mapping is built in C (``itemgetter`` + ``zip``) with the table's column names in
+    the order ``leaf_hash`` builds them; a table column not in ``columns`` reads the None appended
+    to each tuple. Values that need ``leaf_hash``'s normalisation (a datetime anywhere, an integer
+    beyond 64 bits) take ``leaf_hash`` itself, so the bytes are always its bytes.
+    """
+    names = _column_names(table)
+    missing = len(columns)
+    at = [columns.index(n) if n in columns else missing for n in names]
+    pick = itemgetter(*at) if len(at) > 1 else (lambda v: (v[at[0]],))
+    plain = not _datetime_columns(table)
+
+    def leaf(values: Sequence[Any]) -> str:
+        if plain:
+            content = dict(zip(names, pick((*values, None))))
+            try:
+                return sha256(orjson.dumps(content, default=_fast_default, option=_FAST_OPTS)).hexdigest()
+            except (_NotFast, orjson.JSONEncodeError):
+                pass
+        return leaf_hash(table, dict(zip(columns, values)))
+
+    return leaf
 
 
 def append_tombstone(session: Session, table_name: str, row: Mapping[str, Any], reason: str) -> Head:
