@@ -1233,6 +1233,12 @@ def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: 
         ``[{"namespace", "pod", "pod_uid", "claim"}]`` sorted by namespace, pod, claim.
     """
     rows = session.execute(_CO_TENANTS, {"cluster": cluster, "gpu": physical_gpu_uuid, "t": t_ns}).all()
+    return _tenant_documents({tuple(r) for r in rows}, exclude_pod_uid)
+
+
+def _tenant_documents(rows: set[tuple], exclude_pod_uid: str | None) -> list[dict[str, Any]]:
+    """Distinct (namespace, pod, pod uid, claim) rows as ``co_tenants`` documents, sorted by namespace,
+    pod, claim, uid, without ``exclude_pod_uid``'s."""
     return [{"namespace": ns, "pod": pod, "pod_uid": uid, "claim": claim}
             for ns, pod, uid, claim in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2]))
             if exclude_pod_uid is None or uid != exclude_pod_uid]
@@ -1256,6 +1262,10 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     ``conflict`` — yields two). A record not yet attributed is attributed on the fly with the given
     settings (nothing is written). An unknown id yields one document with status ``not-found``.
 
+    One statement per id (``_TRACE``: records, lineage, pod name and co-tenants) for attributed
+    records; a record attributed on the fly costs three more (``lineage_select``, ``_POD_NAME``,
+    ``_CO_TENANTS``).
+
     Returns:
         ``[{"transaction_id", "time" (RFC 3339 UTC), "status", "reason",
         "pod": {namespace, name, uid, node}, "claim": {namespace, name, uid, request},
@@ -1264,7 +1274,7 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     """
     out: list[dict[str, Any]] = []
     for txn in transaction_ids:
-        records = session.execute(_TRACE_RECORDS, {"txn": txn, "cluster": cluster}).all()
+        records, tenants = _trace_rows(session, txn, cluster)
         if not records:
             out.append(_empty_trace(txn))
             continue
@@ -1275,8 +1285,22 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
                                     cluster=cluster, record_ids=missing)
             live = {row.record_id: row for row in session.execute(live_q)}
         for rec in records:
-            out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster))
+            out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster, tenants[rec.id]))
     return out
+
+
+def _trace_rows(session: Session, txn: str, cluster: str) -> tuple[list[Any], dict[int, set[tuple]]]:
+    """``_TRACE`` for one id: its records (first row of each, in time order) and, per record id, the
+    distinct co-tenant rows (namespace, pod, pod uid, claim) of its stored lineage's GPU."""
+    records: list[Any] = []
+    tenants: dict[int, set[tuple]] = {}
+    for row in session.execute(_TRACE, {"txn": txn, "cluster": cluster}):
+        if row.id not in tenants:
+            records.append(row)
+            tenants[row.id] = set()
+        if row.ct_pod_uid is not None:  # NOT NULL in claim_consumers: NULL = no reservation on this row
+            tenants[row.id].add((row.ct_namespace, row.ct_pod, row.ct_pod_uid, row.ct_claim))
+    return records, tenants
 
 
 def _pod_state(cluster: ColumnElement, uid: ColumnElement, t: ColumnElement, column: str) -> ColumnElement:
@@ -1291,29 +1315,67 @@ def _pod_state(cluster: ColumnElement, uid: ColumnElement, t: ColumnElement, col
     return func.coalesce(latest(_valid_at(PS, t)), latest())
 
 
-def _trace_records_stmt() -> Select:
+def _trace_stmt() -> Select:
     """Bound parameters ``txn``, ``cluster`` (of records without one): the id's stored records, each with
-    its lineage (NULL ``lineage_id``: not attributed yet) and its pod's state namespace/name.
-    One round trip per id: a trace costs two statements, this and ``_CO_TENANTS``."""
+    its lineage (NULL ``lineage_id``: not attributed yet), its pod's state namespace/name and the
+    co-tenant rows of its lineage's GPU (``ct_*`` as in ``_co_tenants_stmt``; not distinct, the
+    record's own pod included), ordered by time and record id.
+
+    A record yields one row per allocation result of its GPU's devices whose episode is valid at its
+    time (``ct_*`` NULL where the reservation is not), one row if there is none or it has no GPU.
+
+    One round trip per id: on a shared machine each round trip waits for the server process to be
+    scheduled, which made most of a trace's p99 when this was two statements. Planned in a fixed
+    order (record, lineage, device states of the GPU by ``ix_device_states_gpu``, results, episode,
+    reservation) by a chain of LEFT JOINs, which neither planner may reorder: PostgreSQL joined the
+    inner-join form from every allocation episode, SQLite materialised a LEFT JOIN to the inner join
+    of the four tables (every allocation result). The records are a subquery with ``OFFSET 0``, which
+    neither database flattens, so the pod state lookups run once per record, not once per row.
+    """
     cluster = func.coalesce(R.c.cluster, bindparam("cluster", type_=String()))
-    return (
-        select(R.c.id, R.c.event_time_ns, R.c.cluster, R.c.pod_namespace.label("rec_pod_namespace"),
+    rec = (
+        select(R.c.id, R.c.event_time_ns, R.c.cluster, cluster.label("eff_cluster"),
+               R.c.pod_namespace.label("rec_pod_namespace"),
                R.c.pod_name.label("rec_pod_name"), L.c.record_id.label("lineage_id"),
                *[L.c[c] for c in VERDICT_COLUMNS],
                *[_pod_state(cluster, L.c.pod_uid, R.c.event_time_ns, c).label(f"state_{c}") for c in ("namespace", "name")])
         .select_from(R.outerjoin(L, L.c.record_id == R.c.id))
         .where(R.c.transaction_id == bindparam("txn"))
-        .order_by(R.c.event_time_ns, R.c.id)
+        .offset(0)
+        .subquery("rec")
+    )
+    t = rec.c.event_time_ns
+    ae_valid = AE.alias("ae_valid")
+    chain = (
+        rec.outerjoin(DS, and_(DS.c.cluster == rec.c.eff_cluster, DS.c.gpu_uuid == rec.c.physical_gpu_uuid,
+                               _valid_at(DS, t)))
+        # only the results of episodes valid at t (a primary-key probe per result the device ever
+        # had): else every one of them would come back as a row
+        .outerjoin(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
+                            AR.c.admin_access == False,  # noqa: E712
+                            exists().where(ae_valid.c.id == AR.c.episode_id, _valid_at(ae_valid, t))))
+        .outerjoin(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t)))
+        .outerjoin(CC, and_(CC.c.episode_id == AE.c.id, _valid_at(CC, t)))
+    )
+    return (
+        select(*[c for c in rec.c if c.name != "eff_cluster"],
+               AE.c.claim_namespace.label("ct_namespace"), CC.c.consumer_name.label("ct_pod"),
+               CC.c.consumer_uid.label("ct_pod_uid"), AE.c.claim_name.label("ct_claim"))
+        .select_from(chain)
+        .order_by(rec.c.event_time_ns, rec.c.id)
     )
 
 
-_TRACE_RECORDS = _trace_records_stmt()
+_TRACE = _trace_stmt()
 # The same pod state lookup for a record attributed on the fly.
 _POD_NAME = select(*[_pod_state(bindparam("cluster"), bindparam("uid"), bindparam("t", type_=BigInteger), c)
                      .label(f"state_{c}") for c in ("namespace", "name")])
 
 
-def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_cluster: str) -> dict[str, Any]:
+def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_cluster: str,
+                    tenants: set[tuple]) -> dict[str, Any]:
+    """One record's document; ``tenants``: the co-tenant rows ``_TRACE`` joined to its stored lineage
+    (a record attributed on the fly, ``lin`` not ``rec``, queries its own)."""
     cluster = rec.cluster or default_cluster
     t = rec.event_time_ns
     state = rec
@@ -1332,7 +1394,9 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
         "device_uuid": lin.device_uuid, "physical_gpu_uuid": lin.physical_gpu_uuid,
         "product": lin.product_name, "mig_profile": lin.mig_profile,
     })
-    if lin.physical_gpu_uuid is not None:
+    if lin is not rec and lin.physical_gpu_uuid is not None:
         doc["co_tenants"] = co_tenants(session, cluster=cluster, physical_gpu_uuid=lin.physical_gpu_uuid,
                                        t_ns=t, exclude_pod_uid=lin.pod_uid)
+    elif lin is rec:
+        doc["co_tenants"] = _tenant_documents(tenants, lin.pod_uid)
     return doc

@@ -7,10 +7,12 @@ import json
 from datetime import datetime, timezone
 
 from click.testing import CliRunner
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import event, insert, select, text, update
 
 from collector.cli import cli
-from collector.lineage import _co_tenants_stmt, attribute_run, co_tenants, lineage_select, tolerances_in_use, verify_lineage
+from collector.lineage import (
+    _TRACE, _co_tenants_stmt, attribute_run, co_tenants, lineage_select, tolerances_in_use, trace, verify_lineage,
+)
 from collector.store.models import InferenceRecord, Lineage
 from tests.test_lineage import CLUSTER, GPU_A, GPU_B, S, T0, History, hist, single_gpu_pod  # noqa: F401 - hist is a fixture
 
@@ -186,7 +188,8 @@ def test_unknown_cluster_and_missing_pod_identity_have_honest_reasons(sessions, 
 
 def test_co_tenants_query_reaches_the_gpu_through_an_index(hist):
     """A long history (400 pods, one after another on 8 GPUs): `trace`'s co-tenants lookup starts from
-    the GPU's devices (ix_device_states_gpu), not from every allocation episode started before t."""
+    the GPU's devices (ix_device_states_gpu), not from every allocation episode started before t; in the
+    statement `trace` runs for an attributed record too."""
     h = hist
     gpus = [f"GPU-{n:08x}-0000-4000-8000-000000000000" for n in range(8)]
     for n, uuid in enumerate(gpus):
@@ -210,3 +213,77 @@ def test_co_tenants_query_reaches_the_gpu_through_an_index(hist):
         plan = [r for (r,) in h.s.connection().exec_driver_sql(f"EXPLAIN {stmt}", params)]
         scans = [line for line in plan if " on " in line and "Scan" in line]
         assert "ix_device_states_gpu on device_states" in scans[0], plan
+
+    h.record("txn-late", t, pod="fraud-scorer-395")
+    attribute_run(h.s, cluster=CLUSTER)
+    (doc,) = trace(h.s, ["txn-late"], cluster=CLUSTER)
+    assert (doc["physical_gpu_uuid"], doc["co_tenants"]) == (gpus[3], [])
+    plan = _trace_plan(h, {"txn": "txn-late", "cluster": CLUSTER})
+    device_scans = [line for line in plan if ("Scan" in line or "SEARCH" in line or "SCAN" in line)
+                    and "device_states" in line]
+    assert device_scans and "ix_device_states_gpu" in device_scans[0], plan
+
+
+def _trace_plan(h: History, params: dict) -> list[str]:
+    """The plan of trace's one statement (PostgreSQL: with sequential scans off, as above)."""
+    stmt = _TRACE.compile(h.s.get_bind())
+    bound = stmt.construct_params(params)
+    h.s.execute(text("ANALYZE"))
+    if h.s.get_bind().dialect.name == "sqlite":
+        return [row[3] for row in h.s.connection().exec_driver_sql(
+            f"EXPLAIN QUERY PLAN {stmt}", tuple(bound[k] for k in stmt.positiontup))]
+    h.s.execute(text("SET LOCAL enable_seqscan = off"))
+    return [r for (r,) in h.s.connection().exec_driver_sql(f"EXPLAIN {stmt}", bound)]
+
+
+def test_trace_is_one_statement_with_the_co_tenants_of_the_co_tenants_query(hist):
+    """`trace` of attributed records joins the co-tenants in its one statement; they equal
+    `co_tenants` (the query a record attributed on the fly uses) on a GPU with two MIG slices, a device
+    published by two pool generations at once, an adminAccess monitor, a departed tenant and a tenant
+    holding both slices."""
+    h = hist
+    mig0, mig1 = "MIG-aaaa0000-1111-5222-8333-444455556666", "MIG-bbbb0000-1111-5222-8333-444455556666"
+    h.gpu("gpu-node-a", "gpu-0-mig-0", mig0, parent=GPU_A, profile="3g.40gb")
+    h.gpu("gpu-node-a", "gpu-0-mig-1", mig1, parent=GPU_A, profile="3g.40gb")
+    h.gpu("gpu-node-a", "gpu-0-mig-1", mig1, parent=GPU_A, profile="3g.40gb", generation=2)
+    h.gpu("gpu-node-a", "gpu-1", GPU_B)
+    scorer, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0-mig-0", T0)
+    other, _ = single_gpu_pod(h, "fraud-scorer-1", "gpu-node-a", "gpu-1", T0)
+
+    def tenant(name: str, namespace: str, start: int, end: int | None, results: list[tuple]) -> str:
+        uid = h.pod(name, "gpu-node-a", start, end, claims={"gpu": f"{name}-gpu"},
+                    containers={"main": [("gpu", "")]}, namespace=namespace)
+        h.claim(f"{name}-gpu", start, end, results=results, consumers=[(uid, name, start, end)], namespace=namespace)
+        return uid
+
+    chatbot = tenant("chatbot-5b6c7d-k2l3m", "genai", T0, None, [("gpu", "gpu-node-a", "gpu-0-mig-1")])
+    tenant("dcgm-exporter-x8d2k", "monitoring", T0, None, [("gpu", "gpu-node-a", "gpu-0-mig-1", True)])
+    tenant("etl-job-abc12", "batch", T0, T0 + 30 * S, [("gpu", "gpu-node-a", "gpu-0-mig-1")])
+    both = tenant("trainer-7f9c-q1w2e", "ml", T0 + 100 * S, None,
+                  [("gpu", "gpu-node-a", "gpu-0-mig-0"), ("gpu2", "gpu-node-a", "gpu-0-mig-1")])
+    times = {"txn-early": T0 + 20 * S, "txn-mid": T0 + 60 * S, "txn-late": T0 + 200 * S}
+    for txn, t in times.items():
+        h.record(txn, t, pod_uid=scorer)
+    h.record("txn-other", T0 + 60 * S, pod_uid=other)
+    attribute_run(h.s, cluster=CLUSTER)
+
+    statements = []
+    engine = h.s.get_bind()
+    listener = lambda *args: statements.append(args[2])  # noqa: E731 - (conn, cursor, statement, ...)
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        docs = {d["transaction_id"]: d for d in trace(h.s, [*times, "txn-other"], cluster=CLUSTER)}
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    assert len(statements) == 4  # one per id
+
+    assert [c["pod_uid"] for c in docs["txn-mid"]["co_tenants"]] == [chatbot]
+    assert [(c["namespace"], c["pod"], c["claim"]) for c in docs["txn-late"]["co_tenants"]] == [
+        ("genai", "chatbot-5b6c7d-k2l3m", "chatbot-5b6c7d-k2l3m-gpu"), ("ml", "trainer-7f9c-q1w2e", "trainer-7f9c-q1w2e-gpu")]
+    assert docs["txn-late"]["co_tenants"][1]["pod_uid"] == both
+    assert [c["pod"] for c in docs["txn-early"]["co_tenants"]] == ["etl-job-abc12", "chatbot-5b6c7d-k2l3m"]  # batch < genai
+    assert docs["txn-other"]["co_tenants"] == []
+    for txn, t in times.items():
+        assert docs[txn]["physical_gpu_uuid"] == GPU_A
+        assert docs[txn]["co_tenants"] == co_tenants(h.s, cluster=CLUSTER, physical_gpu_uuid=GPU_A, t_ns=t,
+                                                     exclude_pod_uid=scorer)
