@@ -142,18 +142,51 @@ class Head:
 
 
 def _lock_and_read_head(session: Session) -> Head:
-    now = datetime.now(timezone.utc)
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+    conn = session.connection()
+    mark = _PLACEHOLDER.get(conn.dialect.name)
+    if mark is None:  # another dialect: through SQLAlchemy
+        return _lock_and_read_head_core(session)
+    # Driver-level statements: building the ORM select and its comparison cost milliseconds per
+    # batch, more than the database's work.
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({mark})", (_PG_LOCK_KEY,))
     else:
         # The first write of the transaction takes SQLite's RESERVED lock: one appender at a time.
-        session.execute(text("UPDATE ledger_head SET seq = seq WHERE chain = :c"), {"c": CHAIN})
+        conn.exec_driver_sql(f"UPDATE ledger_head SET seq = seq WHERE chain = {mark}", (CHAIN,))
+    row = conn.exec_driver_sql(f"SELECT seq, entry_hash FROM ledger_head WHERE chain = {mark}", (CHAIN,)).first()
+    if row is None:
+        return _create_head(session)
+    return Head(row[0], row[1])
+
+
+_PLACEHOLDER = {"postgresql": "%s", "sqlite": "?"}  # positional parameter of each driver we talk to directly
+
+
+def _lock_and_read_head_core(session: Session) -> Head:
+    session.execute(text("UPDATE ledger_head SET seq = seq WHERE chain = :c"), {"c": CHAIN})
     head = session.execute(select(LedgerHead).where(LedgerHead.chain == CHAIN)).scalar_one_or_none()
     if head is None:
-        session.add(LedgerHead(chain=CHAIN, seq=0, entry_hash=GENESIS_HASH, updated_at=now))
-        session.flush()
-        return Head(0, GENESIS_HASH)
+        return _create_head(session)
     return Head(head.seq, head.entry_hash)
+
+
+def _create_head(session: Session) -> Head:
+    session.add(LedgerHead(chain=CHAIN, seq=0, entry_hash=GENESIS_HASH, updated_at=datetime.now(timezone.utc)))
+    session.flush()
+    return Head(0, GENESIS_HASH)
+
+
+def _write_head(session: Session, seq: int, entry_hash: str, now: datetime) -> None:
+    """Move the recorded head (the caller holds the chain's lock)."""
+    conn = session.connection()
+    mark = _PLACEHOLDER.get(conn.dialect.name)
+    table = LedgerHead.__table__
+    if mark is None:
+        session.execute(table.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=entry_hash, updated_at=now))
+        return
+    at_proc = table.c.updated_at.type.bind_processor(conn.dialect)  # the value SQLAlchemy's type would bind
+    conn.exec_driver_sql(f"UPDATE ledger_head SET seq = {mark}, entry_hash = {mark}, updated_at = {mark} WHERE chain = {mark}",
+                         (seq, entry_hash, at_proc(now) if at_proc else now, CHAIN))
 
 
 def append(session: Session, table_name: str, rows: Sequence[Mapping[str, Any]]) -> Head:
@@ -245,9 +278,7 @@ def _append_entries(session: Session, entries: Iterable[tuple[str, str, str, str
         prev = entry_hash
     if batch:
         _insert_entries(session, batch, now)
-        session.execute(
-            LedgerHead.__table__.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=prev, updated_at=now)
-        )
+        _write_head(session, seq, prev, now)
     return Head(seq, prev)
 
 
