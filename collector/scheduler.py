@@ -212,6 +212,7 @@ def job_policy(ctx: JobContext) -> str:
     now = ctx.clock()
     bundle = load_bundle(ctx.settings.policy_bundle)
     engine = make_policy_engine(ctx.settings.opa_url, ctx.settings.opa_timeout_s)
+    engine.load_bundle(bundle)
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     days = [day - timedelta(days=1), day] if now - day < timedelta(hours=1) else [day]
     parts = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -22,7 +23,7 @@ from collector.scheduler import (
 from collector.settings import Settings
 from collector.store import ledger
 from collector.store.canonical import content_hash
-from collector.store.models import CoverageInterval, EvidencePack, InferenceRecord, JobRun, LedgerEntry, Lineage, SchedulerJob
+from collector.store.models import CoverageInterval, EvidencePack, Finding, InferenceRecord, JobRun, LedgerEntry, Lineage, SchedulerJob
 from collector.timeutil import dt_to_ns
 from reports.verify import verify_pack
 
@@ -158,6 +159,33 @@ def test_retention_tombstones_every_deleted_row(sessions):
         assert len(tombs) == 5 and all("transactions kept 30 days" in t.tombstone["reason"] for t in tombs)
         assert ledger.verify(s).ok
     assert set(RETENTION_CLASSES) == {"transactions", "quarantine", "findings", "coverage", "job_runs"}
+
+
+def test_real_policy_job_evaluates_the_shipped_bundle_and_is_idempotent_on_a_closed_day(sessions, database_url, tmp_path):
+    # A watch gap on 11-28 (yesterday for NOW): the shipped bundle reports it. The job must load the
+    # bundle into its engine (it once did not, and failed every run); a second run adds nothing.
+    rows = [{"cluster": "prod-eu-1", "kind": "ResourceClaim", "state": state, "started_ns": dt_to_ns(NOW - timedelta(hours=h0)),
+             "ended_ns": dt_to_ns(NOW - timedelta(hours=h1)), "from_rv": None, "to_rv": None, "reason": reason}
+            for state, h0, h1, reason in (("synced", 10, 3, None), ("gap", 3, 2, "410 Gone"), ("synced", 2, 1, None))]
+    with sessions.begin() as s:
+        ids = s.execute(insert(CoverageInterval).returning(CoverageInterval.id, sort_by_parameter_order=True), rows).scalars().all()
+        ledger.append(s, "coverage_intervals", [{**r, "id": i} for r, i in zip(rows, ids)])
+    settings = dataclasses.replace(_settings(database_url, tmp_path), policy_bundle=Settings().policy_bundle)  # shipped
+    sched = build_scheduler(settings, sessions, ScheduleConfig(), key="t-policy")
+    sched.context.clock = lambda: NOW
+    try:
+        assert sched.run_now("policy") == "success"
+        assert sched.run_now("policy") == "success"
+    finally:
+        sched.shutdown()
+    with sessions() as s:
+        runs = s.execute(select(JobRun).where(JobRun.job_id == "policy").order_by(JobRun.id)).scalars().all()
+        gaps = s.execute(select(Finding).where(Finding.rule == "coverage/observation-gap",
+                                               Finding.period_from_ns == dt_to_ns(datetime(2026, 11, 28, tzinfo=timezone.utc)))).scalars().all()
+    assert [r.outcome for r in runs] == ["success", "success"]
+    assert runs[0].summary.startswith("2026-11-28: ") and "(0 new)" not in runs[0].summary.split(";")[0]
+    assert runs[1].summary.split(";")[0].endswith("(0 new)")
+    assert [(g.from_ns, g.to_ns) for g in gaps] == [(dt_to_ns(NOW - timedelta(hours=3)), dt_to_ns(NOW - timedelta(hours=2)))]
 
 
 def test_daily_pack_job_renders_missing_days_once(sessions, database_url, tmp_path):
