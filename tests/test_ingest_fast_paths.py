@@ -435,3 +435,54 @@ def test_parse_chunks_are_bounded_in_bytes_as_well_as_lines(monkeypatch):
     while chunk := parse_pool.next_chunk(lines):
         chunks.append([n for n, _, _ in chunk])
     assert chunks == [[1, 2, 3], [4, 5], [6, 7]]
+
+
+def test_the_utc_timestamp_shortcut_gives_the_iso_pattern_groups():
+    """``timestamps._utc_groups`` (the common ``…Z`` shape, one match) returns what ``_ISO`` gives,
+    on variants with wrong separators, fraction lengths, zones and non-ASCII digits."""
+    from random import Random
+
+    from collector.ingest import timestamps
+
+    base = ["2025-11-29T08:00:00.412337Z", "2025-11-29T08:00:00Z", "2025-11-29 08:00:00,1Z",
+            "2025-11-29t08:00:00.123456789Z", "2025-11-29T08:00:00.1234567890Z", "2025-11-29T08:00:00.Z",
+            "2025-11-29T08:00:00+01:00", "\u0662025-11-29T08:00:00Z"]
+    rnd = Random(5)
+    hits = 0
+    for _ in range(50_000):
+        text = list(rnd.choice(base))
+        for _ in range(rnd.randint(0, 2)):
+            text[rnd.randrange(len(text))] = rnd.choice("0123456789-:TtZz., +\u0661x")
+        text = "".join(text)
+        got = timestamps._utc_groups(text)
+        if got is not None:
+            hits += 1
+            assert got == timestamps._ISO.match(text).groups(), text
+    assert hits > 10_000
+    assert timestamps.parse_iso("2025-11-29T08:00:00.412337Z") == (1_764_403_200_412_337_000, 1000)
+
+
+def test_ledger_times_written_through_the_driver_are_what_sqlalchemy_binds(sessions, monkeypatch):
+    """``appended_at`` (COPY / executemany) and the head's ``updated_at`` (driver-level UPDATE) are
+    stored as Core stores them, also for a whole second (SQLite text with ``.000000``)."""
+    whole_second = datetime(2025, 3, 4, 10, 15, tzinfo=timezone.utc)
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return whole_second
+
+    monkeypatch.setattr(ledger, "datetime", Frozen)
+    row = {"id": 1, "stage": "ingest", "source": "f", "position": None, "reason": "x", "raw_text": "y",
+           "raw_sha256": "0" * 64, "received_at": whole_second, "run_id": None}
+    with sessions() as s:
+        ledger.append(s, "quarantine", [row])
+        ledger.append(s, "quarantine", [dict(row, id=2)])  # the head exists now: the UPDATE path
+        conn = s.connection()
+        stored = conn.exec_driver_sql("SELECT appended_at FROM ledger ORDER BY seq").scalars().all()
+        head = conn.exec_driver_sql("SELECT updated_at FROM ledger_head").scalar_one()
+        s.rollback()
+    if conn.dialect.name == "sqlite":
+        assert stored == ["2025-03-04 10:15:00.000000"] * 2 and head == "2025-03-04 10:15:00.000000"
+    else:
+        assert stored == [whole_second] * 2 and head == whole_second

@@ -184,7 +184,7 @@ def _write_head(session: Session, seq: int, entry_hash: str, now: datetime) -> N
     if mark is None:
         session.execute(table.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=entry_hash, updated_at=now))
         return
-    at_proc = table.c.updated_at.type.bind_processor(conn.dialect)  # the value SQLAlchemy's type would bind
+    at_proc = table.c.updated_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)  # as Core binds it
     conn.exec_driver_sql(f"UPDATE ledger_head SET seq = {mark}, entry_hash = {mark}, updated_at = {mark} WHERE chain = {mark}",
                          (seq, entry_hash, at_proc(now) if at_proc else now, CHAIN))
 
@@ -301,7 +301,9 @@ def _insert_entries(session: Session, batch: list[tuple[int, str, str, str, str,
         session.execute(table.insert(), [dict(zip(_ENTRY_COLUMNS, (*e, now))) for e in batch])
         return
     dumps = getattr(dialect, "_json_serializer", None) or json.dumps
-    at_proc = table.c.appended_at.type.bind_processor(dialect)
+    # The dialect's own processor, as Core applies it: on SQLite the text SQLAlchemy writes (also
+    # ".000000" for a whole second), bound once per batch instead of sqlite3 adapting each row.
+    at_proc = table.c.appended_at.type.dialect_impl(dialect).bind_processor(dialect)
     at = at_proc(now) if at_proc else now
     if dialect.name == "postgresql":
         with conn.connection.driver_connection.cursor() as cur:
