@@ -206,7 +206,7 @@ def fluent(doc: dict[str, Any], kind: str, dups: dict[str, list[Any]], app_keys:
     merged_log_obj = next((v for v in log_values if isinstance(v, dict)), None)
     if "log" in dups:
         env.extras["_reconcile_log"] = (raw, merged_log_obj)  # checked by the caller after parsing raw
-    if raw is not None and raw.lstrip().startswith("{"):
+    if raw is not None and (raw.startswith("{") or raw.lstrip().startswith("{")):
         env.payload = raw
         return env
     merge_key = next((k for k in _MERGE_LOG_KEY_GUESSES if isinstance(doc.get(k), dict)), None)

@@ -20,6 +20,7 @@ finaliser runs on inherited handles. Without ``fork`` (not POSIX) the run parses
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from dataclasses import dataclass
@@ -74,6 +75,9 @@ def next_chunk(lines: Iterator[Line]) -> list[Line]:
 def _init_worker(parser_kwargs: dict[str, Any]) -> None:
     global _parser
     _parser = LineParser(**parser_kwargs)
+    # Everything inherited from the parent (the store, SQLAlchemy, the caller's own objects) lives
+    # as long as the worker: out of the collector's sight, full collections scan only what parsing makes.
+    gc.freeze()
 
 
 def parse_chunk(source: str, lines: list[Line]) -> ParsedChunk:

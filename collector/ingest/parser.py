@@ -82,6 +82,11 @@ def _sanitise(value: Any) -> Any:
     return value
 
 
+def _strip(text: str) -> str:
+    """``text.strip()``, without a copy when nothing is to be stripped (a whole line is long)."""
+    return text if text and not text[0].isspace() and not text[-1].isspace() else text.strip()
+
+
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -181,7 +186,7 @@ class LineParser:
         line = text.rstrip("\r\n")
         if line.startswith("\ufeff"):
             line = line[1:]
-        if not line.strip():
+        if not line or line.isspace():  # what ``not line.strip()`` says, without copying the line
             return []
         self._decoder.saw_exponent = False
         try:
@@ -223,7 +228,7 @@ class LineParser:
                 return self._enveloped(envelopes.cri(m, source), line, source, position)
             if forced == "cri":
                 raise Rejected("wrong-format: not a CRI log line (<time> <stream> <P|F> <content>) but --format cri")
-        body = line.strip()
+        body = _strip(line)
         if not body.startswith("{"):
             raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
         special = "\x00" in body or "\\u" in body  # one scan decides whether the slow sanitising checks run
@@ -317,7 +322,7 @@ class LineParser:
         return [self._payload(env, raw, source, position)]
 
     def _decode_payload(self, text: str) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
-        body = text.strip()
+        body = _strip(text)
         if body.startswith("\ufeff"):  # the application wrote a byte order mark first
             body = body[1:].lstrip()
         if not body.startswith("{"):
