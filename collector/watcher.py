@@ -24,6 +24,7 @@ from collector.kube.recorder import Recorder
 from collector.kube.reflector import Reflector, ReflectorSettings
 from collector.metrics import watch_metrics
 from collector.settings import Settings
+from collector.timeutil import now_ns, ns_to_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,9 @@ class Watcher:
                 t.join(timeout_s)
             self._threads = [t for t in self._threads if not t.name.startswith("draudit-reflector-")]
             if self.recorder is not None:
-                self.recorder.stop(timeout_s)
+                at = now_ns()
+                unreachable = {r.spec.kind: r.unreachable_since_ns(at) for r in self.reflectors}
+                self.recorder.stop(timeout_s, {kind: t for kind, t in unreachable.items() if t is not None})
             was_recording = self.recorder is not None
             self.recorder = None
             self.reflectors = []
@@ -290,12 +293,17 @@ class Watcher:
             reasons.append("standby: not the leader")
         elif not reflectors:
             reasons.append("not started")
+        at = now_ns()
         for r in reflectors:
+            unreachable = r.unreachable_since_ns(at)
             if r.in_gap:
                 reasons.append(f"{r.spec.kind}: in a coverage gap (relisting)")
             elif not r.synced.is_set():
                 reasons.append(f"{r.spec.kind}: not synced yet")
-            self.metrics.synced.labels(r.spec.kind).set(1 if r.synced.is_set() and not r.in_gap else 0)
+            elif unreachable is not None:
+                reasons.append(f"{r.spec.kind}: API server unreachable since {ns_to_rfc3339(unreachable)} "
+                               f"({r.last_failure}); changes since then are not observed yet")
+            self.metrics.synced.labels(r.spec.kind).set(1 if r.synced.is_set() and not r.in_gap and unreachable is None else 0)
         if recorder and recorder.last_error:
             reasons.append(f"recorder: {recorder.last_error}")
         # A standby replica is healthy and ready to take over; only the leader's sync matters.

@@ -207,6 +207,37 @@ def test_8_resets_then_503_then_success_backs_off_and_is_not_ready(srv, sessions
     assert [v[0] for v in versions(sessions, "DeviceClass")] == ["gpu.nvidia.com"]
 
 
+def test_api_server_down_makes_the_watcher_unready_and_coverage_ends_at_the_last_contact(srv, sessions):
+    # The API server goes away while the collector runs: after the grace period /readyz says so
+    # (with the last contact) and the synced gauge drops; a stop while it is still away closes the
+    # synced intervals at the last contact, not at the stop (nothing after it was observed).
+    import dataclasses
+
+    from collector.store.models import CoverageInterval
+    from collector.timeutil import now_ns
+    srv.apply(device_class())
+    w = start_watcher(srv, sessions, settings=dataclasses.replace(FAST, unreachable_grace_s=0.5))
+    try:
+        _synced(w)
+        assert w.readiness().ready
+        before_down = now_ns()
+        srv.stop()
+        down = now_ns()
+        reasons = wait_until(lambda: (not w.readiness().ready) and w.readiness().reasons, timeout_s=10, what="unready")
+        assert any(r.startswith("DeviceClass: API server unreachable since 20") for r in reasons), reasons
+        assert w.metrics.synced.labels("DeviceClass")._value.get() == 0
+        time.sleep(1.0)
+    finally:
+        stopped = now_ns()
+        w.stop()
+    with sessions() as s:
+        ends = {c.kind: c.ended_ns for c in s.execute(select(CoverageInterval).where(CoverageInterval.state == "synced"))
+                .scalars()}
+    assert set(ends) == {"DeviceClass", "ResourceClaim", "ResourceSlice", "Pod"}
+    # last contact: an idle watch reconnects every read timeout (1 s here), so within 1.5 s before the stop
+    assert all(before_down - 1.5e9 <= end <= down for end in ends.values()), (before_down, down, ends, stopped)
+
+
 def test_9_field_selector_watch_with_first_event_410_recovers(srv, sessions):
     from collector.kube.client import make_api_client
     from collector.kube.discovery import watched_kinds

@@ -179,15 +179,20 @@ class Recorder:
         self._put(_Op("barrier", None, done=done))
         return done.wait(timeout_s) and not self.fenced_out.is_set()
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Commit what is queued, close open 'synced' coverage intervals, stop the thread."""
+    def stop(self, timeout_s: float = 10.0, observed_until_ns: dict[str, int] | None = None) -> None:
+        """Commit what is queued, close open 'synced' coverage intervals, stop the thread.
+
+        ``observed_until_ns``: per kind, the last contact with the API server (ns UTC) of a kind
+        that was unreachable at the stop: its interval ends there, not at the stop (what changed
+        in between was not seen, and a later run may not be able to replay it).
+        """
         if self._thread is None:
             return
         self.flush(timeout_s)
         self._stop.set()
         self._thread.join(timeout_s)
         if not self.fenced_out.is_set():
-            self._close_coverage(now_ns())
+            self._close_coverage(now_ns(), observed_until_ns or {})
 
     def kind_status(self, kind: str) -> KindStatus:
         with self._status_lock:
@@ -396,13 +401,15 @@ class Recorder:
             s.flush()
         return st
 
-    def _close_coverage(self, at_ns: int) -> None:
-        """On a clean stop: close every open 'synced' interval at ``at_ns`` (state becomes 'stopped')."""
+    def _close_coverage(self, at_ns: int, observed_until_ns: dict[str, int]) -> None:
+        """On a clean stop: close every open 'synced' interval at ``at_ns``, or at the kind's last
+        contact in ``observed_until_ns`` if earlier (state becomes 'stopped')."""
         try:
             with self.sessions() as s, s.begin():
                 for st in s.execute(select(WatchState).where(WatchState.cluster == self.cluster, WatchState.state == "synced")).scalars():
-                    s_add_interval(s, self.cluster, st.kind, "synced", st.state_since_ns, at_ns, st.state_from_rv, st.resource_version, None)
-                    st.state, st.state_since_ns, st.state_from_rv = "stopped", at_ns, st.resource_version
+                    end = min(at_ns, observed_until_ns.get(st.kind, at_ns))
+                    s_add_interval(s, self.cluster, st.kind, "synced", st.state_since_ns, end, st.state_from_rv, st.resource_version, None)
+                    st.state, st.state_since_ns, st.state_from_rv = "stopped", end, st.resource_version
                     st.synced = False
                     st.updated_at = datetime.now(timezone.utc)
                 if self.fence is not None and not self.fence():

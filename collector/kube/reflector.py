@@ -104,6 +104,7 @@ class ReflectorSettings:
     interval, ~60 s on a real API server); backoff is ``initial * 2**n`` capped at ``max``, with
     full jitter, reset after ``backoff_reset_s`` without failure. A resumed watch that stays open
     ``resume_confirm_s`` without an ERROR counts as synced (a too-old RV is refused at once).
+    A kind whose requests have failed for ``unreachable_grace_s`` counts as unreachable (not ready).
     """
 
     list_page_size: int = 500
@@ -115,6 +116,7 @@ class ReflectorSettings:
     backoff_reset_s: float = 120.0
     batch_max_events: int = 500
     resume_confirm_s: float = 1.0
+    unreachable_grace_s: float = 10.0
 
 
 class _Expired(Exception):
@@ -186,6 +188,12 @@ class Reflector:
         self.synced = threading.Event()
         self.in_gap = False
         self.resume_rv: str | None = None
+        # Contact with the API server, ns UTC: the last response or stream chunk received, and,
+        # while requests fail, since when (first failure) and the time of the last contact then.
+        self.last_contact_ns: int | None = None
+        self.failing_since_ns: int | None = None
+        self.disconnected_since_ns: int | None = None
+        self.last_failure: str | None = None
         self.known: dict[str, KnownObject] = {}
         self._backoff = _Backoff(self.settings.backoff_initial_s, self.settings.backoff_max_s, self.settings.backoff_reset_s)
         self._response: Any = None
@@ -317,6 +325,7 @@ class Reflector:
         position = 0
         try:
             for lines in _chunks_of_lines(resp):
+                self.last_contact_ns = now_ns()
                 for line in lines:
                     position += 1
                     if self.stop_event.is_set():
@@ -449,6 +458,14 @@ class Reflector:
         self.in_gap = True
         self.resume_rv = None
 
+    def unreachable_since_ns(self, at_ns: int) -> int | None:
+        """The last contact with the API server (ns UTC) if requests have failed for longer than
+        ``unreachable_grace_s`` at ``at_ns``; else None. A dropped stream that reconnects at once is
+        not an outage; an API server down, unreachable or refusing us (401/403/5xx) is."""
+        if self.failing_since_ns is None or at_ns - self.failing_since_ns < self.settings.unreachable_grace_s * 1e9:
+            return None
+        return self.disconnected_since_ns
+
     def _on_failure(self, exc: Exception) -> None:
         retry_after = None
         if isinstance(exc, ApiException) and exc.status == 429:
@@ -456,7 +473,11 @@ class Reflector:
         delay = self._backoff.next_delay(retry_after)
         if self.metrics:
             self.metrics.reconnects.labels(self.spec.kind).inc()
-        log.warning("%s: %s; retrying in %.1f s", self.spec.kind, _describe(exc), delay)
+        if self.failing_since_ns is None:
+            self.failing_since_ns = now_ns()
+            self.disconnected_since_ns = self.last_contact_ns or self.failing_since_ns
+        self.last_failure = _describe(exc)
+        log.warning("%s: %s; retrying in %.1f s", self.spec.kind, self.last_failure, delay)
         self.stop_event.wait(delay)
 
     def _get(self, query: dict[str, str | None], *, stream: bool):
@@ -471,7 +492,10 @@ class Reflector:
         rest = self.api.call_api("GET", url, header_params=headers,
                                  _request_timeout=(self.settings.connect_timeout_s, self.settings.read_timeout_s))
         resp = rest.response
-        if not 200 <= resp.status < 300:
+        if 200 <= resp.status < 300:  # observing again (a 503 or 403 answer is not observation)
+            self.last_contact_ns = now_ns()
+            self.failing_since_ns = self.disconnected_since_ns = None
+        else:
             body = resp.read()
             resp.release_conn()
             raise _api_exception(resp, body)
