@@ -99,6 +99,23 @@ def csv_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
     return _format_call(",".join(["%s"] * len(columns)), [_csv_field(e, k, dialect) for _n, e, k in columns], dialect)
 
 
+def csv_plain_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
+    """SQL text of the CSV line of one row with no field quoted: fields joined by ``,`` (null → empty).
+
+    It equals ``csv_line_sql`` exactly when no text field holds ``,``, ``"``, LF or CR, which the
+    caller checks on the text (``reports.populations.csv_plain_ok``: a clean line has
+    ``len(columns) - 1`` commas and no ``"``, LF or CR) and re-renders the other lines with
+    ``csv_line_sql``. Why: the per-field quoting test costs SQLite about 7 µs per row of 27 fields,
+    the whole line without it about 3.5 µs (measured on 250 k lineage rows); values that need
+    quoting are rare in transaction data.
+
+    Args and errors as ``csv_line_sql``.
+    """
+    _check(columns, dialect)
+    args = [_time_text(e, dialect) if k == TIME else e for _n, e, k in columns]
+    return _format_call(",".join(["%s"] * len(columns)), args, dialect)
+
+
 def json_object_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
     """SQL text of the JSON object (keys = output names, in order, compact) of one row.
 

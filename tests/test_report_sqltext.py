@@ -12,7 +12,7 @@ import json
 from datetime import datetime, timezone
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import delete, func, insert, select
 
 from collector.store.models import InferenceRecord, Lineage
 from collector.timeutil import dt_to_ns, ns_to_rfc3339
@@ -136,3 +136,54 @@ def test_co_tenant_namespaces_in_two_successive_renderings(sessions, tmp_path):
         assert written.count == len(objects)
         co = {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects if o["status"] == "exact"}
         assert co["txn-001"] == "kyc-docs;marketing-ml" and co["txn-011"] is None  # at 1 s and at 11 s
+
+
+def test_csv_and_json_are_read_on_two_connections_from_one_snapshot(sessions, tmp_path, monkeypatch):
+    """The JSON file is produced on a second connection, in parallel, and shows the session's snapshot:
+    a transaction committed elsewhere after the snapshot began is in neither file (PostgreSQL: the
+    exported snapshot; SQLite: the session holds the write lock, so nothing can commit meanwhile)."""
+    _fill(sessions)
+    scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
+    want_csv, want_json, n = _reference(sessions, scope)
+    shared = [pop.CoTenancy("GPU-7f3c2a1e", "risk-inference", DAY_NS, DAY_NS + 10 * 10**9, "kyc-docs")]
+    parallel = []
+    real = pop._in_parallel
+    monkeypatch.setattr(pop, "_in_parallel", lambda *args: parallel.append(True) or real(*args))
+    with sessions() as s:
+        postgresql = s.get_bind().dialect.name == "postgresql"
+        if postgresql:
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})  # as render_pack does
+        assert s.execute(select(func.count()).select_from(InferenceRecord)).scalar_one() == n + 1  # snapshot taken
+        if postgresql:
+            with sessions.begin() as other:
+                _add(other, 500, DAY_NS + 7_200 * 10**9, "txn-committed-later", "late", "exact")
+        written = pop.write_lineage(s, scope, tmp_path, batch_rows=4, co_tenancy=shared)
+    assert parallel == [True]
+    got_csv = (tmp_path / "transaction_lineage.csv").read_bytes()
+    got_json = (tmp_path / "transaction_lineage.json").read_bytes()
+    objects = json.loads(got_json)
+    assert written.count == len(objects) == n
+    assert b"txn-committed-later" not in got_csv + got_json
+    assert {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects}["txn-001"] == "kyc-docs"
+    # with no co-tenancy row both equal the Python writers' bytes
+    (tmp_path / "plain").mkdir()
+    if postgresql:
+        with sessions.begin() as other:
+            other.execute(delete(Lineage).where(Lineage.record_id == 500))
+            other.execute(delete(InferenceRecord).where(InferenceRecord.id == 500))
+    with sessions() as s:
+        if postgresql:
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        written = pop.write_lineage(s, scope, tmp_path / "plain", batch_rows=4)
+    assert parallel == [True, True]
+    assert (tmp_path / "plain/transaction_lineage.csv").read_bytes() == want_csv
+    assert (tmp_path / "plain/transaction_lineage.json").read_bytes() == want_json
+    assert written.count == n
+
+
+def test_plain_csv_check_finds_every_value_that_needs_quoting():
+    assert pop.csv_plain_ok(b"txn-1,,exact\ntxn-2,gpu-0,exact\n", 2, 2)
+    for dirty in (b'txn-1,a,b,exact\ntxn-2,gpu-0,exact\n',  # a comma in a field
+                  b'txn-1,say "hi",exact\ntxn-2,gpu-0,exact\n', b"txn-1,cr\r,exact\ntxn-2,gpu-0,exact\n",
+                  b"txn-1,l\nf,exact\ntxn-2,gpu-0,exact\n"):
+        assert not pop.csv_plain_ok(dirty, 2, 2), dirty
