@@ -20,8 +20,11 @@ manifest) it prints wall and CPU seconds: on a shared machine the CPU figures ar
 ``--keep-store`` keeps the filled store and prints its URL; ``--store URL`` renders from it again
 (profiling: ``py-spy record -- python bench/report_bench.py --render-only URL OUT``).
 Targets (issue 6): 10 M transactions in < 60 s, peak RSS < 1 GiB. The pack is about 1 KB per
-transaction (CSV + JSON), so 10 M transactions write ~10 GB: the disk's sustained write rate
-bounds the run from below.
+transaction (CSV ≈ 280 B + JSON ≈ 690 B), so 10 M transactions write ~10 GB: the disk's sustained
+write rate bounds the run from below. After rendering, the bench measures that rate
+(``--disk-probe-mb`` MiB written to the pack's file system with ``fdatasync``, 0 to skip) and
+prints the bound it sets (pack bytes ÷ rate) next to the CPU bound (renderer + database CPU
+seconds ÷ cores).
 """
 
 from __future__ import annotations
@@ -171,6 +174,36 @@ def render_child(url: str, out: str, pdf: bool) -> None:
                       "children_cpu_seconds": round(sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]), 2), "pack_bytes": sum(sizes.values()), "pdf_bytes": sizes.get("report.pdf")}))
 
 
+def disk_write_rate(directory: Path, mib: int) -> float:
+    """Sustained write rate of ``directory``'s file system in bytes/s: ``mib`` MiB of incompressible
+    data written in 8 MiB blocks then ``fdatasync`` (as ``dd conv=fdatasync``); the file is removed."""
+    block = os.urandom(8 << 20)
+    path = directory / "disk-probe.bin"
+    started = time.perf_counter()
+    with open(path, "wb") as fh:
+        for _ in range(max(mib // 8, 1)):
+            fh.write(block)
+        fh.flush()
+        os.fdatasync(fh.fileno())
+    seconds = time.perf_counter() - started
+    path.unlink()
+    return max(mib // 8, 1) * len(block) / seconds
+
+
+def explain_bound(m: dict, rate: float | None, cores: int) -> list[str]:
+    """What bounds the rendering: bytes written ÷ the measured disk rate, CPU ÷ cores."""
+    pack, n = m["pack_bytes"], max(m["counts"].get("transaction_lineage", 0), 1)
+    lines = [f"bytes: {pack / 1e9:.2f} GB written, {pack / n:.0f} B per transaction"]
+    if rate:
+        lines.append(f"disk: {rate / 1e6:.0f} MB/s sustained (fdatasync) -> writing the pack takes >= {pack / rate:.1f} s "
+                     "once the page cache's dirty limit is reached (the kernel buffers the first GBs, so a run can "
+                     "return before its bytes are on disk)")
+    cpu = m["cpu_seconds"] + m["children_cpu_seconds"]
+    lines.append(f"cpu: {cpu:.1f} s renderer + PDF worker on {cores} cores -> >= {cpu / cores:.1f} s "
+                 "(plus the database server's CPU on PostgreSQL)")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="transactions (default 1 M)")
@@ -181,6 +214,8 @@ def main() -> None:
     ap.add_argument("--no-pdf", action="store_true", help="skip report.pdf (populations and HTML only)")
     ap.add_argument("--store", metavar="URL", help="render from an existing bench store (filled by --keep-store)")
     ap.add_argument("--keep-store", action="store_true", help="keep the filled store and print its URL")
+    ap.add_argument("--disk-probe-mb", type=int, default=2048,
+                    help="MiB written with fdatasync after rendering to measure the disk's rate (0: skip)")
     ap.add_argument("--render-only", nargs=2, metavar=("URL", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.render_only:
@@ -219,6 +254,10 @@ def main() -> None:
         print(f"phases (renderer CPU s): {m['phases_cpu_s']}")
         print(f"PDF worker process: {m['children_cpu_seconds']:.1f} s CPU, peak RSS {m['children_peak_rss_bytes'] / 2**20:.0f} MiB")
         print(f"rows: {m['counts']}")
+        shutil.rmtree(work / "pack", ignore_errors=True)  # its page cache no longer competes with the probe
+        rate = disk_write_rate(work, args.disk_probe_mb) if args.disk_probe_mb > 0 else None
+        for line in explain_bound(m, rate, os.cpu_count() or 1):
+            print(line)
         print("targets: 10 M transactions < 60 s, peak RSS < 1 GiB")
     finally:
         if admin is not None and not args.keep_store:
