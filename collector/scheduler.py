@@ -219,7 +219,7 @@ def job_policy(ctx: JobContext) -> str:
     for d in days:
         ev = evaluate_period(ctx.sessions, bundle, engine, dt_to_ns(d), dt_to_ns(d + timedelta(days=1)),
                              ctx.settings.cluster, now_ns=dt_to_ns(now))
-        parts.append(f"{d.date()}: {len(ev.findings)} findings ({ev.inserted} new)")
+        parts.append(f"{d.date()}: {len(ev.findings)} findings ({ev.inserted - ev.updated} new, {ev.updated} updated)")
     return "; ".join(parts)
 
 
@@ -259,7 +259,8 @@ def job_daily_pack(ctx: JobContext) -> str:
         if out.exists() and any(out.iterdir()):
             continue  # written before but not recorded (a crash between the two): left for an operator
         result = render_pack(ctx.sessions, PackRequest(start, end, (cluster,), ()), out, sign_key=key, archive=True,
-                             policy_bundle=ctx.settings.policy_bundle, clock_skew_s=ctx.settings.clock_skew_s)
+                             policy_bundle=ctx.settings.policy_bundle, clock_skew_s=ctx.settings.clock_skew_s,
+                             now=ctx.clock())
         written.append(f"{start.date()} → {result.path} ({result.pack_id})")
     return "; ".join(written) if written else "no day missing a pack"
 

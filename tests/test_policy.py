@@ -163,6 +163,24 @@ def test_a_gap_still_open_counts_until_now_and_only_inside_the_period(sessions, 
     assert gap["evidence"] == {"watch_state": ["prod-eu-1/Pod"]}
 
 
+def test_reevaluating_a_still_open_gap_updates_one_finding_instead_of_adding_new_ones(sessions, bundle, regorus_engine):
+    # The scheduler evaluates the current day every 5 minutes: an interval still open ends at "now"
+    # each time. Each evaluation keeps its row (ledgered), but it is the same finding: counted as
+    # updated, and readers show its latest evaluation only.
+    from collector.policy.findings import latest_per_identity
+    with sessions.begin() as s:
+        History(s).watch("Pod", "gap", 20 * H, reason="connection refused")
+    evaluations = [evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=at(20 * H + 120 + 300 * i)) for i in range(3)]
+    assert [(e.inserted, e.updated) for e in evaluations] == [(1, 0), (1, 1), (1, 1)]
+    again = evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=at(20 * H + 720))  # same "now": nothing new
+    assert (again.inserted, again.updated) == (0, 0)
+    with sessions() as s:
+        rows = [dict(r) for r in s.execute(select(Finding.__table__).order_by(Finding.id)).mappings()]
+    assert [r["to_ns"] for r in rows] == [at(20 * H + 120), at(20 * H + 420), at(20 * H + 720)]
+    [latest] = latest_per_identity(rows)
+    assert (latest["from_ns"], latest["to_ns"]) == (at(20 * H), at(20 * H + 720))
+
+
 def test_a_collector_stopped_and_not_back_is_an_observation_gap(sessions, bundle, regorus_engine):
     with sessions.begin() as s:
         History(s).watch("ResourceClaim", "stopped", 9 * H)
@@ -172,6 +190,9 @@ def test_a_collector_stopped_and_not_back_is_an_observation_gap(sessions, bundle
     assert (gap["rule"], gap["severity"], gap["from_ns"], gap["to_ns"]) == (
         "coverage/observation-gap", "medium", at(9 * H), at(9 * H + 600))
     assert gap["evidence"] == {"watch_state": ["prod-eu-1/ResourceClaim"]}
+    # worded as the pack's coverage section words it: not a gap but the collector not running
+    assert gap["message"] == ("collector not running: the collector stopped and did not observe ResourceClaim objects "
+                              "of cluster prod-eu-1 for 600000 ms, still open (collector stopped: not watching)")
 
 
 def test_allocations_outside_the_period_or_cluster_are_not_evaluated(sessions, planted, bundle, regorus_engine):

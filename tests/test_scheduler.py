@@ -183,8 +183,8 @@ def test_real_policy_job_evaluates_the_shipped_bundle_and_is_idempotent_on_a_clo
         gaps = s.execute(select(Finding).where(Finding.rule == "coverage/observation-gap",
                                                Finding.period_from_ns == dt_to_ns(datetime(2026, 11, 28, tzinfo=timezone.utc)))).scalars().all()
     assert [r.outcome for r in runs] == ["success", "success"]
-    assert runs[0].summary.startswith("2026-11-28: ") and "(0 new)" not in runs[0].summary.split(";")[0]
-    assert runs[1].summary.split(";")[0].endswith("(0 new)")
+    assert runs[0].summary.startswith("2026-11-28: ") and "(0 new" not in runs[0].summary.split(";")[0]
+    assert runs[1].summary.split(";")[0].endswith("(0 new, 0 updated)")
     assert [(g.from_ns, g.to_ns) for g in gaps] == [(dt_to_ns(NOW - timedelta(hours=3)), dt_to_ns(NOW - timedelta(hours=2)))]
 
 

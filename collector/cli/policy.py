@@ -117,9 +117,15 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
         gpu = f" gpu={f['physical_gpu_uuid']}" if f["physical_gpu_uuid"] else ""
         click.echo(f"{f['severity'].upper():8} {f['kind']:11} {f['rule']}{gpu} "
                    f"[{ns_to_rfc3339(f['from_ns'])} .. {ns_to_rfc3339(f['to_ns'])}]\n    {f['message']}")
-    click.echo(f"{len(result.findings)} findings ({result.inserted} new) for [{ns_to_rfc3339(dt_to_ns(start))}, "
+    click.echo(f"{len(result.findings)} findings ({_news(result)}) for [{ns_to_rfc3339(dt_to_ns(start))}, "
                f"{ns_to_rfc3339(dt_to_ns(end))}) — bundle {bundle.revision} sha256:{bundle.digest[:12]}, engine {engine.name}; "
                f"facts {result.facts_s:.3f} s, Rego {result.rego_s:.3f} s")
 
 
 commands = [policy_group]
+
+
+def _news(result) -> str:
+    """"N new" and, when some rows only moved the end of an interval still open, "M updated"."""
+    fresh = f"{result.inserted - result.updated} new"
+    return fresh if not result.updated else f"{fresh}, {result.updated} updated: still open, later end"

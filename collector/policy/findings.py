@@ -4,6 +4,13 @@ Flow: ``facts.build_facts`` (SQL) → ``engine.evaluate`` (Rego) → validated `
 finding's key is SHA-256 of the canonical JSON of (rule, cluster, subjects, from_ns, to_ns,
 period, bundle digest): evaluating the same period with the same bundle again inserts nothing,
 whichever engine runs it. New rows are appended to the ledger in the same transaction.
+
+A finding on an interval still open when evaluated (a gap, an idle allocation, the time since the
+collector stopped) ends at the evaluation's horizon, so each later evaluation stores a row with a
+later end: the earlier rows stay (the ledger never forgets what was once concluded). Its
+*identity* (``finding_identity``: rule, cluster, subjects, start, bundle digest — not the end, not
+the evaluation period) names them as one finding; readers show the latest evaluation of each
+identity, and an evaluation reports such rows as *updated*, not new.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.errors import UserError
@@ -44,6 +51,7 @@ class Evaluation:
     rego_s: float
     store_s: float
     counts: dict[str, int] = field(default_factory=dict)
+    updated: int = 0  # of ``inserted``, rows whose identity was stored before (a later end)
 
 
 def finding_key(finding: dict[str, Any], cluster: str | None, period_from_ns: int, period_to_ns: int, digest: str) -> str:
@@ -51,6 +59,35 @@ def finding_key(finding: dict[str, Any], cluster: str | None, period_from_ns: in
     return content_hash({"rule": finding["rule"], "cluster": cluster, "subjects": finding["subjects"],
                          "from_ns": finding.get("from_ns"), "to_ns": finding.get("to_ns"),
                          "period": [period_from_ns, period_to_ns], "bundle_digest": digest})
+
+
+def finding_identity(rule: str, cluster: str | None, subjects: Any, from_ns: int | None, bundle_digest: str) -> str:
+    """What a finding is about, whatever its end and evaluation period (see module docstring):
+    SHA-256 of the canonical JSON of (rule, cluster, subjects, from_ns, bundle digest)."""
+    return content_hash({"rule": rule, "cluster": cluster, "subjects": subjects, "from_ns": from_ns,
+                         "bundle_digest": bundle_digest})
+
+
+def row_identity(row: dict[str, Any]) -> str:
+    """``finding_identity`` of a ``findings`` row (a mapping of its columns)."""
+    return finding_identity(row["rule"], row["cluster"], row["subjects"], row["from_ns"], row["bundle_digest"])
+
+
+def latest_per_identity(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of ``findings`` rows, the latest evaluation of each identity (by ``evaluated_at``, then the
+    later end, then id), in the input order of the kept rows."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        key = row_identity(row)
+        held = best.get(key)
+        if held is None or _recency(row) > _recency(held):
+            best[key] = row
+    kept = {id(r) for r in best.values()}
+    return [r for r in rows if id(r) in kept]
+
+
+def _recency(row: dict[str, Any]) -> tuple:
+    return (row["evaluated_at"], row["to_ns"] if row["to_ns"] is not None else -1, row.get("id") or 0)
 
 
 def _check(finding: Any, package: str) -> dict[str, Any]:
@@ -133,10 +170,31 @@ def evaluate_period(sessions: sessionmaker[Session], bundle: Bundle, engine: Pol
         results = engine.evaluate(facts)
         rego_done = time.perf_counter()
         rows = to_rows(results, bundle, engine.name, cluster, period_from_ns, period_to_ns, evaluated_at)
+        prior = _stored_identities(session, rows)
         stored, inserted = store_findings(session, rows)
+        updated = sum(1 for r in rows if r["finding_key"] not in prior.get(row_identity(r), {r["finding_key"]}))
         stored_done = time.perf_counter()
     counts = {"allocations": sum(len(g["allocations"]) for g in facts["allocation_groups"]), "overlaps": len(facts["overlaps"]),
               "handovers": len(facts["handovers"]), "idle_allocations": len(facts["idle_allocations"]),
               "coverage_gaps": len(facts["coverage_gaps"]), "records": facts["attribution"]["records"]}
     stored.sort(key=lambda r: (r["from_ns"] if r["from_ns"] is not None else -1, r["rule"], r["finding_key"]))
-    return Evaluation(stored, inserted, facts_done - started, rego_done - facts_done, stored_done - rego_done, counts)
+    return Evaluation(stored, inserted, facts_done - started, rego_done - facts_done, stored_done - rego_done, counts,
+                      updated)
+
+
+def _stored_identities(session: Session, rows: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """identity → finding keys already stored with it, for the identities of ``rows``."""
+    if not rows:
+        return {}
+    table = Finding.__table__
+    starts = sorted({r["from_ns"] for r in rows if r["from_ns"] is not None})
+    start_match = table.c.from_ns.in_(starts) if starts else None
+    if any(r["from_ns"] is None for r in rows):
+        start_match = table.c.from_ns.is_(None) if start_match is None else or_(start_match, table.c.from_ns.is_(None))
+    stmt = select(table.c.finding_key, table.c.rule, table.c.cluster, table.c.subjects, table.c.from_ns, table.c.bundle_digest).where(
+        table.c.bundle_digest.in_(sorted({r["bundle_digest"] for r in rows})),
+        table.c.rule.in_(sorted({r["rule"] for r in rows})), start_match)
+    out: dict[str, set[str]] = {}
+    for row in session.execute(stmt).mappings():
+        out.setdefault(row_identity(row), set()).add(row["finding_key"])
+    return out
