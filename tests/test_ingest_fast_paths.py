@@ -486,3 +486,36 @@ def test_ledger_times_written_through_the_driver_are_what_sqlalchemy_binds(sessi
         assert stored == ["2025-03-04 10:15:00.000000"] * 2 and head == "2025-03-04 10:15:00.000000"
     else:
         assert stored == [whole_second] * 2 and head == whole_second
+
+
+def test_a_parallel_run_gives_the_garbage_collector_back_as_it_found_it(tmp_path, monkeypatch):
+    import gc
+
+    monkeypatch.setattr(parse_pool, "CHUNK_LINES", 20)
+    path = tmp_path / "mixed.log"
+    path.write_text("\n".join(_mixed_lines(120)) + "\n")
+    before = (gc.get_threshold(), gc.get_freeze_count())
+    seen = []
+    original = IngestRun._take
+
+    def take(self, chunk, parsed, source):  # while the run lasts: frozen, rarer young collections
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+        original(self, chunk, parsed, source)
+
+    monkeypatch.setattr(IngestRun, "_take", take)
+    run = _CapturingRun(None, Settings(cluster="c1"), workers=2, batch_size=64)
+    with open(path, "rb") as f:
+        run.ingest_stream(f, str(path))
+    run.finish()
+    assert seen and all(t >= 10_000 and frozen for t, frozen in seen)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    gc.freeze()  # a caller's own freeze is left alone
+    try:
+        frozen = gc.get_freeze_count()
+        run = _CapturingRun(None, Settings(cluster="c1"), workers=2, batch_size=64)
+        with open(path, "rb") as f:
+            run.ingest_stream(f, str(path))
+        run.finish()
+        assert frozen > 0 and gc.get_freeze_count() > 0  # not unfrozen by the run (frozen objects may die)
+    finally:
+        gc.unfreeze()
