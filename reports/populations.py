@@ -39,6 +39,7 @@ from sqlalchemy.orm import Session, aliased
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from collector.kube.normalize import device_capacity_bytes
+from collector.policy.findings import finding_identity
 from collector.store.db import SQLITE_BUSY_TIMEOUT_MS
 from collector.store.models import (
     AllocationEpisode,
@@ -755,9 +756,10 @@ def _namespaces_in(value: Any, key: str = "") -> set[str]:
 def findings(session: Session, scope: Scope) -> list[dict[str, Any]]:
     """Policy findings whose interval (or evaluation period) overlaps the period, one per decision.
 
-    The same decision evaluated over several periods (the scheduler re-evaluates) is kept once: the
-    latest evaluation of (rule, subjects, interval, bundle digest). With a namespace filter, findings
-    naming other namespaces only are dropped; cluster-wide findings (coverage) are kept. Ordered by
+    The same finding evaluated several times is kept once: the latest evaluation of its identity
+    (``collector.policy.findings.finding_identity``: rule, cluster, subjects, start, bundle digest —
+    not the end, which moves while an interval is still open, nor the evaluation period). With a
+    namespace filter, findings naming other namespaces only are dropped; cluster-wide findings (coverage) are kept. Ordered by
     severity, rule, start, key. Findings are few (decisions, not rows): held in memory.
     """
     f = Finding
@@ -770,8 +772,7 @@ def findings(session: Session, scope: Scope) -> list[dict[str, Any]]:
             named = _namespaces_in(row.subjects)
             if named and not named & set(scope.namespaces):
                 continue
-        key = (row.rule, json.dumps(row.subjects, sort_keys=True), row.from_ns, row.to_ns, row.bundle_digest, row.cluster)
-        latest[key] = row
+        latest[finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, row.bundle_digest)] = row
     out = []
     for row in latest.values():
         out.append({"rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
