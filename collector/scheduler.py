@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -463,18 +464,39 @@ def build_scheduler(settings: Settings, session_factory: sessionmaker[Session], 
     return Scheduler(aps, ctx, key)
 
 
+def _stored_schedule(job_state: bytes) -> str | None:
+    """The schedule of a job as stored by APScheduler's SQLAlchemy job store (a pickled job state
+    written by our own scheduler into our own database), in ``parse_trigger``'s syntax; None when
+    it cannot be read (another APScheduler version)."""
+    try:
+        trigger = pickle.loads(job_state)["trigger"]  # noqa: S301 - our own job store, same database
+    except Exception:  # noqa: BLE001
+        return None
+    if isinstance(trigger, IntervalTrigger):
+        return f"interval:{trigger.interval.total_seconds():g}"
+    if isinstance(trigger, CronTrigger):
+        fields = {f.name: str(f) for f in trigger.fields}
+        return "cron:" + " ".join(fields.get(n, "*") for n in ("minute", "hour", "day", "month", "day_of_week"))
+    return str(trigger)
+
+
 def job_overview(sessions: sessionmaker[Session], config: ScheduleConfig) -> list[dict[str, Any]]:
     """One row per job for ``draudit jobs list``: schedule, next run (job store), last run and outcome.
 
     ``next_run`` is the earliest of the job and its pending retry, from ``apscheduler_jobs``
-    (None when ``draudit run`` never scheduled it); times are RFC 3339 UTC.
+    (None when ``draudit run`` never scheduled it); times are RFC 3339 UTC. ``schedule`` is the
+    one the running scheduler registered (its job store), else ``config``'s (this process's
+    environment) — they differ when ``draudit run`` was started with other settings.
     """
+    schedules: dict[str, str] = {}
     with sessions() as session:
         next_runs: dict[str, float] = {}
-        for job_id, next_run in session.execute(select(SchedulerJob.id, SchedulerJob.next_run_time)):
+        for job_id, next_run, state in session.execute(select(SchedulerJob.id, SchedulerJob.next_run_time, SchedulerJob.job_state)):
             base = job_id.split(".")[0]
             if next_run is not None:
                 next_runs[base] = min(next_run, next_runs.get(base, next_run))
+            if job_id == base:
+                schedules[base] = _stored_schedule(state) or config.schedule_of(base)
         last: dict[str, JobRun] = {}
         latest = select(JobRun.job_id, func.max(JobRun.id).label("id")).group_by(JobRun.job_id).subquery()
         for run in session.execute(select(JobRun).join(latest, JobRun.id == latest.c.id)).scalars():
@@ -483,7 +505,9 @@ def job_overview(sessions: sessionmaker[Session], config: ScheduleConfig) -> lis
     for job_id in JOB_IDS:
         run = last.get(job_id)
         nxt = next_runs.get(job_id)
-        rows.append({"job": job_id, "schedule": config.schedule_of(job_id),
+        # A job store that holds jobs is the running scheduler's: a job it lacks is switched off there.
+        schedule = schedules.get(job_id, "off" if schedules else config.schedule_of(job_id))
+        rows.append({"job": job_id, "schedule": schedule,
                      "next_run": ns_to_rfc3339(int(nxt * 1e6) * 1000) if nxt is not None else None,
                      "last_run": run.started_at.strftime("%Y-%m-%dT%H:%M:%SZ") if run else None,
                      "outcome": run.outcome if run else None, "error": run.error if run else None,
