@@ -10,6 +10,7 @@ import logging
 import sys
 
 import click
+import sqlalchemy.exc
 
 from collector import __version__
 from collector.errors import UserError
@@ -33,6 +34,16 @@ class _Main(click.Group):
         except UserError as exc:
             click.echo(f"draudit: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except sqlalchemy.exc.DBAPIError as exc:
+            # The store cannot be used (server down, not a database file, disk full, locked): an
+            # environment problem, one line. Errors of our own SQL (IntegrityError, ProgrammingError…)
+            # are bugs and keep their traceback.
+            if type(exc) not in (sqlalchemy.exc.OperationalError, sqlalchemy.exc.DatabaseError, sqlalchemy.exc.InterfaceError):
+                raise
+            first = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+            click.echo(f"draudit: error: the database cannot be used: {first} "
+                       "(check --database-url / DRAUDIT_DATABASE_URL)", err=True)
+            sys.exit(2)
         except (EOFError, gzip.BadGzipFile, zlib.error, tarfile.ReadError) as exc:
             # click would print only "Aborted!" for EOFError: say what happened instead.
             click.echo(f"draudit: error: an input file ended early or is not valid gzip/tar ({type(exc).__name__}: {exc}); "
