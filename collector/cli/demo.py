@@ -101,7 +101,7 @@ def _print_summary(r) -> None:
     e("next:")
     prog = _invoked_as()
     e(f"  {prog} trace {sample} --database-url {r.database_url}")
-    e(f"  open {r.pack_path / 'index.html'}   (or report.pdf)")
+    e(f"  xdg-open {r.pack_path / 'index.html'}   (macOS: open; or report.pdf)")
     e(f"  {prog} verify {r.pack_path} --public-key {r.out_dir / 'keys' / 'demo-signing.pub'}")
 
 
