@@ -3,7 +3,9 @@
 #
 # Facts (collector/policy/facts.py): input.coverage_gaps[] =
 #   {id (coverage_intervals row, null for a gap still open), cluster, kind, started_ns,
-#    ended_ns (null when open), open, duration_ns, from_ns, to_ns (clipped to the period), reason}
+#    ended_ns (null when open), open, duration_ns, from_ns, to_ns (clipped to the period), reason,
+#    state: "gap" (the watch stream was lost while the collector ran) or "stopped" (the collector
+#    shut down and has not run again; the evidence pack calls that "collector not running")}
 package draudit.coverage
 
 import data.draudit.lib
@@ -20,9 +22,7 @@ findings contains f if {
 		"rule": "coverage/observation-gap",
 		"severity": "medium",
 		"kind": "warning",
-		"message": sprintf("the collector did not observe %s objects of cluster %s for %d ms%s (%v)", [
-			g.kind, g.cluster, lib.ms(g.duration_ns), open_note(g), g.reason,
-		]),
+		"message": gap_message(g),
 		"subjects": {"cluster": g.cluster, "kinds": [g.kind]},
 		"evidence": gap_evidence(g),
 		"physical_gpu_uuid": null,
@@ -32,3 +32,12 @@ findings contains f if {
 }
 
 open_note(g) := ", still open" if g.open else := ""
+
+# Same words as the evidence pack's coverage section: a stop is "collector not running", not a gap.
+gap_message(g) := sprintf("collector not running: the collector stopped and did not observe %s objects of cluster %s for %d ms%s (%v)", [
+	g.kind, g.cluster, lib.ms(g.duration_ns), open_note(g), g.reason,
+]) if {
+	object.get(g, "state", "gap") == "stopped"
+} else := sprintf("the collector did not observe %s objects of cluster %s for %d ms%s (%v)", [
+	g.kind, g.cluster, lib.ms(g.duration_ns), open_note(g), g.reason,
+])

@@ -41,3 +41,17 @@ test_a_gap_that_is_still_open_points_at_the_watch_state if {
 	f.evidence == {"watch_state": ["prod-eu-1/ResourceClaim"]}
 	contains(f.message, "still open")
 }
+
+test_a_stopped_collector_is_called_collector_not_running if {
+	stopped := object.union(gap(null, 600, true), {"state": "stopped", "reason": "collector stopped: not watching"})
+	fs := coverage.findings with input as {"coverage_gaps": [stopped]} with data.draudit.params as params
+	some f in fs
+	startswith(f.message, "collector not running: ")
+	not contains(f.message, "gap")
+}
+
+test_a_lost_watch_is_not_called_collector_not_running if {
+	fs := coverage.findings with input as {"coverage_gaps": [object.union(gap(17, 61, false), {"state": "gap"})]} with data.draudit.params as params
+	some f in fs
+	not contains(f.message, "not running")
+}

@@ -29,7 +29,8 @@ The document (``build_facts(...)``)::
          "idle_to_ns": int | null (still open), "duration_ns", "from_ns", "to_ns"}],
       "coverage_gaps": [                    # watcher gaps: closed (coverage_intervals) or open (watch_state)
         {"id": int | null, "cluster", "kind", "started_ns", "ended_ns": int | null, "open": bool,
-         "duration_ns", "from_ns", "to_ns", "reason"}],
+         "duration_ns", "from_ns", "to_ns", "reason",
+         "state": "gap" | "stopped"}],      # stopped: the collector shut down, not running again
       "attribution": {"records", "exact", "ambiguous", "unattributed", "pending",
                       "unattributed_records": [{"record_id", "transaction_id", "event_time_ns",
                                                 "reason", "pod_namespace", "pod_name"}]}
@@ -263,7 +264,7 @@ SELECT id, cluster, kind, started_ns, ended_ns, reason FROM coverage_intervals
 # either way nothing is being observed now (DORA RTS Art. 23: alert on incomplete collection).
 _OPEN_GAPS = """
 SELECT cluster, kind, state_since_ns,
-       COALESCE(state_reason, CASE WHEN state = 'stopped' THEN 'collector stopped: not watching' END)
+       COALESCE(state_reason, CASE WHEN state = 'stopped' THEN 'collector stopped: not watching' END), state
   FROM watch_state
  WHERE state IN ('gap', 'stopped') AND state_since_ns < :period_to {cluster_filter}
  ORDER BY cluster, kind
@@ -418,14 +419,15 @@ def _coverage_gaps(conn: Any, params: dict[str, Any], clip: _Clipper, now_ns: in
             text(_CLOSED_GAPS.format(cluster_filter=cluster_filter)), params):
         gaps.append({"id": gap_id, "cluster": gap_cluster, "kind": kind, "started_ns": started, "ended_ns": ended,
                      "open": False, "duration_ns": ended - started, "from_ns": clip.start(started),
-                     "to_ns": clip.end(ended), "reason": reason})
+                     "to_ns": clip.end(ended), "reason": reason, "state": "gap"})
     horizon = min(clip.hi, now_ns)
-    for gap_cluster, kind, started, reason in conn.execute(text(_OPEN_GAPS.format(cluster_filter=cluster_filter)), params):
+    for gap_cluster, kind, started, reason, state in conn.execute(text(_OPEN_GAPS.format(cluster_filter=cluster_filter)),
+                                                                   params):
         if horizon <= max(started, clip.lo):
             continue
         gaps.append({"id": None, "cluster": gap_cluster, "kind": kind, "started_ns": started, "ended_ns": None,
                      "open": True, "duration_ns": horizon - started, "from_ns": clip.start(started),
-                     "to_ns": clip.end(horizon), "reason": reason})
+                     "to_ns": clip.end(horizon), "reason": reason, "state": state})
     return gaps
 
 
