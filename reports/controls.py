@@ -45,17 +45,30 @@ NOT = "not evidenced"
 
 
 # What a control's status depends on in the pack (``control_statuses``): the signature, a population
-# that must not be empty, complete observation coverage, or coverage records at all.
+# that must not be empty, complete observation coverage, coverage records at all, or a policy bundle
+# evaluated over the period.
 SIGNED = "signed"
 COVERAGE_COMPLETE = "coverage complete"
 COVERAGE_RECORDED = "coverage recorded"
+POLICY_EVALUATED = "policy evaluated"
+# Sections whose content is what the watcher observed over time: a control evidenced by one of them
+# is lowered when the observation was partial. A control evidenced by the findings section is lowered
+# when no policy bundle was evaluated in the period. ``_c`` adds these needs, so that no control can
+# be "evidenced" by observation or findings the pack does not have while another is lowered for it.
+OBSERVED_SECTIONS = frozenset({"coverage", "timeline", "sharing", "changes"})
 POPULATION_WORDS = {"inventory": "device", "allocation_episodes": "allocation", "transaction_lineage": "transaction",
                     "findings": "policy finding", "consumer_intervals": "claim consumer"}
 
 
 def _c(regulation: str, article: str, requirement: str, status: str, sections: list[str], files: list[str],
        note: str, needs: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One control; ``status`` is the most this tool can evidence, ``needs`` what the pack must hold for it."""
+    """One control; ``status`` is the most this tool can evidence, ``needs`` what the pack must hold for it
+    (plus complete coverage when a section is in ``OBSERVED_SECTIONS``, and an evaluated policy bundle
+    when ``findings`` is one of its sections, unless the findings population is needed already: no
+    finding means no bundle evaluation either, one reason is enough)."""
+    derived = ((COVERAGE_COMPLETE,) if OBSERVED_SECTIONS & set(sections) else ()) + \
+              ((POLICY_EVALUATED,) if "findings" in sections and "findings" not in needs else ())
+    needs = needs + tuple(n for n in derived if n not in needs)
     return {"regulation": regulation, "article": article, "requirement": requirement, "status": status,
             "sections": sections, "files": files, "note": note, "needs": needs}
 
@@ -151,12 +164,15 @@ CONTROLS: list[dict[str, Any]] = [
 
 @dataclass(frozen=True)
 class PackFacts:
-    """What the control statuses are computed from: signed or not, population row counts, and the
-    lowest synced share of the period over the (cluster, kind) coverage rows (None: no coverage row)."""
+    """What the control statuses are computed from: signed or not, population row counts, the
+    lowest synced share of the period over the (cluster, kind) coverage rows (None: no coverage row),
+    and the number of policy bundles whose evaluation of the period produced the pack's findings
+    (an evaluation is recorded only through its findings)."""
 
     signed: bool
     counts: dict[str, int]
     lowest_synced: tuple[float, str, str] | None  # (synced fraction, cluster, kind)
+    bundles: int = 0
 
 
 def _unmet(need: str, facts: PackFacts) -> str | None:
@@ -164,6 +180,9 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
     if need == SIGNED:
         return None if facts.signed else ("the pack is not signed (no manifest.sig): its digests show integrity, "
                                           "not who issued it")
+    if need == POLICY_EVALUATED:
+        return None if facts.bundles else ("no policy bundle was evaluated over the period (no finding from any "
+                                           "bundle): nothing was checked against the policies")
     if need == COVERAGE_RECORDED:
         return None if facts.lowest_synced else "no observation coverage recorded in the period"
     if need == COVERAGE_COMPLETE:
@@ -187,7 +206,8 @@ def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list
     if control["status"] == NOT:
         return NOT, []
     reasons = [r for r in (_unmet(n, facts) for n in control["needs"]) if r]
-    populations = [n for n in control["needs"] if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE)]
+    populations = [n for n in control["needs"] if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE,
+                                                            POLICY_EVALUATED)]
     empty = populations and all(_unmet(n, facts) for n in populations)
     if empty or (COVERAGE_RECORDED in control["needs"] and facts.lowest_synced is None):
         return NOT, reasons
@@ -212,4 +232,4 @@ def controls_document(facts: PackFacts) -> dict[str, Any]:
     return {"sections": [{"id": i, "title": t} for i, t in SECTIONS], "controls": controls,
             "statuses": [EVIDENCED, PARTIAL, NOT],
             "source": "Paraphrased requirements; the Official Journal text is authoritative. Statuses are "
-                      "computed from this pack: signature, non-empty populations, coverage."}
+                      "computed from this pack: signature, non-empty populations, coverage, policy evaluation."}

@@ -74,7 +74,9 @@ class FindingFacts:
     ``pods``: (namespace, claim name) → [(pod name, from_ns, to_ns or None)];
     ``allocations``: evidence key → id → ``Allocation``; ``sharing``: (GPU UUID, from_ns, to_ns,
     claims as ``ns/name``, hardware-partitioned) per sharing interval; ``nodes``: GPU UUID → node;
-    ``stops``: cluster → last observation when the collector stopped before the period end.
+    ``stops``: cluster → last observation when the collector stopped before the period end;
+    ``scope_namespaces``: the pack's namespace scope (empty = all): consumers of claims in other
+    namespaces are not in the pack, so their absence says nothing.
     """
 
     pods: dict[tuple[str, str], list[tuple[str, int, int | None]]] = field(default_factory=dict)
@@ -83,6 +85,11 @@ class FindingFacts:
     sharing: list[tuple[str, int, int, tuple[str, ...], bool]] = field(default_factory=list)
     nodes: dict[str, str] = field(default_factory=dict)
     stops: dict[str, int] = field(default_factory=dict)
+    scope_namespaces: tuple[str, ...] = ()
+
+    def out_of_scope(self, namespace: str) -> bool:
+        """True when the pack's namespace scope leaves ``namespace`` out (its pods are not in the pack)."""
+        return bool(self.scope_namespaces) and namespace not in self.scope_namespaces
 
     def add_consumer(self, namespace: str, claim_name: str, pod: str, from_ns: int, to_ns: int | None) -> None:
         """Record that ``pod`` consumed the claim over ``[from_ns, to_ns)``."""
@@ -129,7 +136,9 @@ def _pods_during(facts: FindingFacts, claim: tuple[str, str], lo: int, hi: int) 
 
 def parties(finding: dict[str, Any], facts: FindingFacts, tenant_of: Callable[[str], str]) -> list[dict[str, Any]]:
     """Per tenant named by the finding's claims: namespace(s), the pods that consumed the claims during
-    the finding's interval (the whole period when it has none) and the claims; sorted by tenant."""
+    the finding's interval (the whole period when it has none) and the claims; sorted by tenant.
+    ``outside_scope`` is True when every namespace of the party is outside the pack's namespace
+    scope (its pods were not read, so none are listed)."""
     lo = finding.get("from_ns") or 0
     hi = finding.get("to_ns") or OPEN_END_NS
     by_tenant: dict[str, dict[str, Any]] = {}
@@ -139,13 +148,20 @@ def parties(finding: dict[str, Any], facts: FindingFacts, tenant_of: Callable[[s
         p["namespaces"].add(ns)
         p["claims"].add(f"{ns}/{name}")
         p["pods"].update(f"{ns}/{pod}" for pod in _pods_during(facts, (ns, name), lo, hi))
-    return [{k: sorted(v) if isinstance(v, set) else v for k, v in by_tenant[t].items()} for t in sorted(by_tenant)]
+    out = []
+    for t in sorted(by_tenant):
+        p = {k: sorted(v) if isinstance(v, set) else v for k, v in by_tenant[t].items()}
+        p["outside_scope"] = all(facts.out_of_scope(ns) for ns in p["namespaces"])
+        out.append(p)
+    return out
 
 
 def _who(party: dict[str, Any]) -> str:
     pods = party["pods"]
     if pods:
         things = (f"pod {pods[0]}" if len(pods) == 1 else f"pods {', '.join(pods)}")
+    elif party.get("outside_scope"):
+        things = f"claim {', '.join(party['claims'])} (namespace outside this pack's scope: its pods are not listed)"
     else:
         things = f"claim {', '.join(party['claims'])} (no consuming pod recorded)"
     return f"tenant {party['tenant']} {things}"

@@ -22,7 +22,7 @@ import tarfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -41,6 +41,7 @@ from collector.store.models import EvidencePack, InferenceRecord, LedgerEntry, L
 from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import populations as pop
 from reports.controls import SECTIONS, PackFacts, controls_document
+from reports.finding_scope import scoped_findings
 from reports.finding_text import Allocation, FindingFacts, describe, duration_text
 from reports.manifest import (
     FileDigest,
@@ -113,6 +114,24 @@ class PackRequest:
             raise UserError("--from/--to must carry a time zone (UTC)")
         if self.period_to <= self.period_from:
             raise UserError(f"--to {self.period_to.isoformat()} must be after --from {self.period_from.isoformat()}")
+
+
+def refuse_future_period(request: PackRequest, now: datetime) -> None:
+    """Refuse a period that ends after ``now``.
+
+    A pack states what was observed in a period that has ended, and is dated by its end: a future
+    end would count hours that have not happened as "collector not running", date the pack (and
+    the archive's file times) in the future, and differ when rendered again later. A scheduled
+    daily pack is always for the previous day.
+
+    Raises:
+        UserError: naming ``--to``, the current time and what to give instead.
+    """
+    if request.period_to > now:
+        latest = now.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        raise UserError(f"--to {request.period_to.astimezone(timezone.utc).isoformat().replace('+00:00', 'Z')} is in "
+                        f"the future (now {latest}): a pack covers a period that has ended; give --to {latest} or "
+                        "earlier (for a whole day, the day after it has ended)")
 
 
 @dataclass
@@ -415,7 +434,8 @@ def _environment() -> Environment:
 
 def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: Path, *,
                 sign_key: Ed25519PrivateKey | None = None, archive: bool = False, record: bool = True,
-                policy_bundle: Path | None = None, clock_skew_s: float = 2.0, pdf: bool = True) -> PackResult:
+                policy_bundle: Path | None = None, clock_skew_s: float = 2.0, pdf: bool = True,
+                now: datetime | None = None) -> PackResult:
     """Render an evidence pack for ``request`` into ``out_dir`` (which must not exist or be empty).
 
     Args:
@@ -430,13 +450,16 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
             lineage was computed with (``collector.lineage.tolerances_in_use``), and this setting
             only for rows computed without recorded settings or when no row is in scope.
         pdf: render ``report.pdf`` (benchmarks may skip it to measure the populations alone).
+        now: the current time (aware UTC; default: the system clock; the scheduler passes its clock).
 
     Returns:
         ``PackResult``.
 
     Raises:
-        UserError: ``out_dir`` exists and is not empty, or cannot be written.
+        UserError: ``out_dir`` exists and is not empty, or cannot be written; the period ends after
+            ``now`` (``refuse_future_period``).
     """
+    refuse_future_period(request, now or utcnow())
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise UserError(f"--out {out_dir}: exists and is not an empty directory; choose a new directory")
@@ -527,6 +550,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     stops = pop.collector_stops(coverage, scope)
     col = _Collector(scope, stops)
     col.facts.stops = stops
+    col.facts.scope_namespaces = scope.namespaces
     counts: dict[str, int] = {}
     written: list[pop.WrittenPopulation] = []
     sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row,
@@ -537,7 +561,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         written.append(pop.write_rows(data_dir, population.name, population.columns,
                                       pop.stream(session, population, scope), sinks.get(population.name)))
         lap(population.name)
-    findings = pop.findings(session, scope)
+    in_scope = scoped_findings(session, scope)
+    findings = in_scope.findings
     written.append(pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings))
     written.append(pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage))
     cov_summary = pop.coverage_summary(coverage, scope)
@@ -566,6 +591,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
                 "ledger": [anchor_seq, anchor_hash], "counts": counts}
     pack_id = sha256_hex(canonical_json(identity))[:32]
     gaps = [c for c in coverage if c["state"] not in ("synced", pop.STOPPED)]
+    # the collector ran (synced or in a gap) at some point of the period; otherwise every state shown
+    # is carried from before it and the pack says so instead of stating it as a fact of the period
+    observed = any(k["synced_s"] > 0 or k["gap_s"] > 0 for k in cov_summary)
     stopped = [c for c in coverage if c["state"] == pop.STOPPED]
     meta = {
         "pack_id": pack_id, "created": period["to"], "period": period, "scope": scope_doc,
@@ -574,8 +602,10 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "ledger": {"seq": anchor_seq, "entry_hash": anchor_hash,
                    "note": "last ledger entry covering evidence rows when the pack was rendered"},
         "coverage": {"kinds": cov_summary, "gaps": len(gaps), "collector_not_running": len(stopped),
+                     "observed_in_period": observed,
                      "last_observation": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())}},
         "counts": counts,
+        "findings_scope": in_scope.statement(),
         "clock_skew_tolerance_s": skew["single"],
         "clock_skew_tolerances": skew["rows"],
     }
@@ -589,7 +619,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     migs = sorted(col.migs.values(), key=lambda m: (m["parent"], m["profile"] or "", m["uuid"]))
     cross = [s for s in segments if s.cross_tenant]
     lowest = min(((k["synced_fraction"], k["cluster"], k["kind"]) for k in cov_summary), default=None)
-    controls = controls_document(PackFacts(signed, counts, lowest))
+    controls = controls_document(PackFacts(signed, counts, lowest, len(bundles)))
     context = {
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
         "sections": SECTIONS, "controls": controls["controls"], "controls_doc": controls, "limit": HTML_ROW_LIMIT,
@@ -599,10 +629,11 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "gpus": gpus, "migs": migs, "device_classes": device_classes,
         "svgs": svgs, "legend": legend(col.bars), "timeline_drawn": len(drawn_gpus),
         "timeline_omitted": len({b.physical_gpu_uuid for b in col.bars}) - len(drawn_gpus),
-        "claims": len({b.claim_uid for b in col.bars}),
+        "claims": len({b.claim_uid for b in col.bars if b.from_ns < scope.to_ns and (b.to_ns is None or b.to_ns > scope.from_ns)}),
+        "observed": observed,
         "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
-        "findings": describe(findings, col.facts, scope.tenant_of), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
+        "findings": describe(findings, col.facts, scope.tenant_of), "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
         "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
         "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
         "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments),

@@ -198,3 +198,32 @@ def test_timeline_charts_stay_page_sized_when_many_claims_overlap():
         assert height * 510 / CHART_WIDTH < 700  # fits the A4 text height (about 720 pt)
     assert sum(len(_rects(s)) for s in svgs) == len(bars)
     assert "whole GPU (+3 more concurrent) on its last row" in "".join(svgs)  # 11 concurrent claims, 8 rows drawn
+
+
+def test_controls_resting_on_findings_or_observation_are_lowered_for_the_same_reasons():
+    from reports.controls import (CONTROLS, COVERAGE_COMPLETE, NOT, OBSERVED_SECTIONS, POLICY_EVALUATED, PackFacts,
+                                  controls_document)
+
+    counts = {"inventory": 4, "allocation_episodes": 6, "consumer_intervals": 6, "transaction_lineage": 3000,
+              "findings": 0, "coverage": 8, "sharing": 1, "changes": 2}
+    # the newcomer's pack: 3.1 % of the period observed, no policy bundle evaluated over it
+    doc = controls_document(PackFacts(True, counts, (0.031, "bank-eu-inference-1", "Pod"), bundles=0))
+    by_id = {c["id"]: c for c in doc["controls"]}
+    coverage = "observation coverage is partial: Pod in bank-eu-inference-1 synced for 3.1 % of the period (section 2)"
+    no_policy = ("no policy bundle was evaluated over the period (no finding from any bundle): nothing was checked "
+                 "against the policies")
+    for control in ("RTS (EU) 2024/1774 Art. 23", "DORA (EU) 2022/2554 Art. 10(1)", "DORA (EU) 2022/2554 Art. 9(4)(b)"):
+        assert (by_id[control]["status"], by_id[control]["status_reasons"]) == ("partially evidenced",
+                                                                              [coverage, no_policy]), control
+    assert by_id["NIS2 (EU) 2022/2555 Art. 21(2)(f)"]["status_reasons"] == [
+        "no policy finding rows in the period (data/findings.csv is empty)", coverage]
+    # with a bundle evaluated and complete coverage, the same controls are evidenced without reasons
+    doc = controls_document(PackFacts(True, {**counts, "findings": 3}, (1.0, "bank-eu-inference-1", "Pod"), bundles=1))
+    assert all((c["status"], c["status_reasons"]) == ("evidenced", []) for c in doc["controls"]
+               if c["ceiling"] == "evidenced")
+    # no control can rest on the findings or on observation without the matching need
+    for c in CONTROLS:
+        if c["status"] != NOT and "findings" in c["sections"]:
+            assert POLICY_EVALUATED in c["needs"] or "findings" in c["needs"], c["article"]
+        if c["status"] != NOT and OBSERVED_SECTIONS & set(c["sections"]):
+            assert COVERAGE_COMPLETE in c["needs"], c["article"]

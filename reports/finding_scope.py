@@ -1,0 +1,199 @@
+"""Which stored policy findings belong in a pack's scope (clusters, namespaces), and why.
+
+A finding as stored (``collector.policy.findings``) carries a ``cluster`` (NULL when ``draudit
+policy eval`` ran without ``--cluster``: one evaluation over every cluster), ``subjects`` as the
+bundle names them (``claims`` as ``namespace/name``, ``namespaces``, ``tenants``, ``devices``,
+``cluster``, ``kinds``, ``transactions``) and ``evidence`` ids of store rows
+(``allocation_results``, ``allocation_episodes``, ``coverage_intervals``, ``inference_records``,
+``watch_state`` as ``cluster/kind``). The rules, stated in the pack's methodology (``RULES``):
+
+* **Cluster.** A finding stored with a cluster is in scope when that cluster is. A finding stored
+  without one is placed by what it names: ``subjects.cluster`` and the clusters of the rows its
+  evidence ids name. It is in scope when one of those clusters is; when it names none (an
+  attribution ratio computed over every cluster) it is left out and counted (``excluded``).
+* **Namespace.** The namespaces a finding names are those of its claims, its ``namespaces`` and
+  any ``*namespace*`` field, and those of the rows its evidence ids name (a transaction's claim
+  namespace, else its pod's). It is in scope when one of them is a scoped namespace; a finding
+  naming no namespace (an observation gap, an attribution ratio, a device) concerns the whole
+  cluster and is kept (counted as ``cluster_wide``).
+
+The same decision evaluated several times is kept once: the latest evaluation of its identity
+(``collector.policy.findings.finding_identity``: rule, cluster, subjects, start, bundle digest; an
+interval still open when evaluated ends later in a later evaluation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from collector.policy.findings import finding_identity
+from collector.store.models import (AllocationEpisode, AllocationResult, CoverageInterval, Finding, InferenceRecord,
+                                    Lineage)
+from collector.timeutil import ns_to_rfc3339
+from reports.populations import SEVERITY_ORDER, Scope
+
+RULES = ("A finding is in the pack's scope when one of its subjects is: a finding stored with a cluster when that "
+         "cluster is in scope; a finding stored without a cluster (evaluated over every cluster) when its subjects or "
+         "the store rows it names as evidence belong to a scoped cluster; with a namespace scope, when one of the "
+         "namespaces it names (its claims', its namespaces', or those of the transactions and allocations it names "
+         "as evidence) is scoped. A finding that names no namespace (an observation gap, an attribution ratio) "
+         "concerns the whole cluster and is kept.")
+_ID_BATCH = 500
+
+
+@dataclass
+class ScopedFindings:
+    """``findings`` as the pack lists them (dicts, ordered by severity, rule, start, key), with
+    counts for the pack's statement: ``cluster_wide`` kept without a namespaced subject;
+    ``outside_namespaces`` left out (they name only other namespaces); ``excluded``: rule →
+    number of findings stored without a cluster that name none, left out of a cluster-scoped pack."""
+
+    findings: list[dict[str, Any]]
+    cluster_wide: int = 0
+    outside_namespaces: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)
+
+    def statement(self) -> dict[str, Any]:
+        """The manifest's ``findings_scope`` entry: the rule and the counts."""
+        return {"rule": RULES, "cluster_wide_kept": self.cluster_wide,
+                "outside_namespaces_left_out": self.outside_namespaces,
+                "without_cluster_left_out": dict(sorted(self.excluded.items()))}
+
+
+def _claim_namespaces(value: Any) -> set[str]:
+    """Namespaces of claim subjects given as ``ns/name`` strings (objects: ``_fields_named_namespace``)."""
+    found = set()
+    for c in value if isinstance(value, list) else []:
+        if isinstance(c, str) and "/" in c:
+            found.add(c.split("/", 1)[0])
+    return found
+
+
+def _fields_named_namespace(value: Any, key: str = "") -> set[str]:
+    """String values under any key containing ``namespace`` (``{"namespace": ...}`` claim objects,
+    ``namespaces`` lists), at any depth."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found |= _fields_named_namespace(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            found |= _fields_named_namespace(v, key)
+    elif isinstance(value, str) and "namespace" in key.lower():
+        found.add(value)
+    return found
+
+
+def subject_namespaces(subjects: Any) -> set[str]:
+    """Namespaces a finding's subjects name (claims ``ns/name``, ``namespaces``, ``*namespace*`` fields)."""
+    if not isinstance(subjects, dict):
+        return set()
+    return _claim_namespaces(subjects.get("claims")) | _fields_named_namespace(subjects)
+
+
+def _ids(evidence: Any, key: str) -> list[int]:
+    value = evidence.get(key) if isinstance(evidence, dict) else None
+    return [v for v in value if isinstance(v, int) and not isinstance(v, bool)] if isinstance(value, list) else []
+
+
+def _batched(ids: Iterable[int]) -> Iterable[list[int]]:
+    ids = sorted(set(ids))
+    for i in range(0, len(ids), _ID_BATCH):
+        yield ids[i:i + _ID_BATCH]
+
+
+class _EvidenceIndex:
+    """Cluster and namespace of each store row the findings name as evidence, read in batches."""
+
+    def __init__(self, session: Session, rows: list[Finding]) -> None:
+        self.results: dict[int, tuple[str, str]] = {}
+        self.episodes: dict[int, tuple[str, str]] = {}
+        self.coverage: dict[int, tuple[str, None]] = {}
+        self.records: dict[int, tuple[str | None, str | None]] = {}
+        e, r, c, i, lin = AllocationEpisode, AllocationResult, CoverageInterval, InferenceRecord, Lineage
+        wanted = {k: [x for row in rows for x in _ids(row.evidence, k)] for k in
+                  ("allocation_results", "allocation_episodes", "coverage_intervals", "inference_records")}
+        for batch in _batched(wanted["allocation_results"]):
+            for rid, cluster, ns in session.execute(select(r.id, e.cluster, e.claim_namespace)
+                                                    .join(e, e.id == r.episode_id).where(r.id.in_(batch))):
+                self.results[rid] = (cluster, ns)
+        for batch in _batched(wanted["allocation_episodes"]):
+            for eid, cluster, ns in session.execute(select(e.id, e.cluster, e.claim_namespace).where(e.id.in_(batch))):
+                self.episodes[eid] = (cluster, ns)
+        for batch in _batched(wanted["coverage_intervals"]):
+            for cid, cluster in session.execute(select(c.id, c.cluster).where(c.id.in_(batch))):
+                self.coverage[cid] = (cluster, None)
+        for batch in _batched(wanted["inference_records"]):
+            for rid, cluster, ns in session.execute(
+                    select(i.id, i.cluster, func.coalesce(lin.claim_namespace, i.pod_namespace))
+                    .outerjoin(lin, lin.record_id == i.id).where(i.id.in_(batch))):
+                self.records[rid] = (cluster, ns)
+
+    def named(self, evidence: Any) -> tuple[set[str], set[str]]:
+        """(clusters, namespaces) of the rows ``evidence`` names; ids no longer in the store add nothing."""
+        clusters: set[str] = set()
+        namespaces: set[str] = set()
+        for key, index in (("allocation_results", self.results), ("allocation_episodes", self.episodes),
+                           ("coverage_intervals", self.coverage), ("inference_records", self.records)):
+            for x in _ids(evidence, key):
+                cluster, ns = index.get(x, (None, None))
+                clusters.update([cluster] if cluster else [])
+                namespaces.update([ns] if ns else [])
+        watch = evidence.get("watch_state") if isinstance(evidence, dict) else None
+        for ref in watch if isinstance(watch, list) else []:
+            if isinstance(ref, str) and "/" in ref:
+                clusters.add(ref.rsplit("/", 1)[0])
+        return clusters, namespaces
+
+
+def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
+    """Policy findings whose interval (or evaluation period) overlaps the period and that are in
+    the scope by the module's rules, one per decision (the latest evaluation of its identity). Findings are few (decisions, not rows): held in memory."""
+    f = Finding
+    start, end = func.coalesce(f.from_ns, f.period_from_ns), func.coalesce(f.to_ns, f.period_to_ns)
+    where = [start < scope.to_ns, end > scope.from_ns]
+    if scope.clusters:
+        where.append(or_(f.cluster.in_(scope.clusters), f.cluster.is_(None)))
+    # ascending recency (as collector.policy.findings.latest_per_identity): the last row of an identity wins
+    rows = list(session.execute(select(f).where(*where).order_by(f.evaluated_at, func.coalesce(f.to_ns, -1), f.id))
+                .scalars())
+    index = _EvidenceIndex(session, rows)
+    out = ScopedFindings([])
+    latest: dict[str, Finding] = {}
+    wide: set[str] = set()
+    outside: set[str] = set()
+    for row in rows:
+        clusters, namespaces = index.named(row.evidence)
+        if scope.clusters and row.cluster is None:
+            subject_cluster = (row.subjects or {}).get("cluster") if isinstance(row.subjects, dict) else None
+            clusters |= {subject_cluster} if isinstance(subject_cluster, str) else set()
+            if not clusters:
+                out.excluded[row.rule] = out.excluded.get(row.rule, 0) + 1
+                continue
+            if not clusters & set(scope.clusters):
+                continue  # another cluster's finding
+        key = finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, row.bundle_digest)
+        if scope.namespaces:
+            named = subject_namespaces(row.subjects) | namespaces
+            if named and not named & set(scope.namespaces):
+                outside.add(key)
+                continue
+            if not named:
+                wide.add(key)
+        latest[key] = row
+    out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
+    for row in latest.values():
+        out.findings.append({
+            "rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
+            "cluster": row.cluster, "physical_gpu_uuid": row.physical_gpu_uuid,
+            "from": ns_to_rfc3339(row.from_ns), "to": ns_to_rfc3339(row.to_ns), "from_ns": row.from_ns,
+            "to_ns": row.to_ns, "subjects": row.subjects, "evidence": row.evidence,
+            "bundle_revision": row.bundle_revision, "bundle_digest": row.bundle_digest, "engine": row.engine,
+            "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key})
+    out.findings.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), d["rule"], d["from_ns"] or 0,
+                                     d["finding_key"]))
+    return out
