@@ -850,7 +850,10 @@ class _Run:
         Above the highest attributed id of a chunk no record has a lineage row yet, so that part
         (all of it, in a first run) skips the anti-join with ``lineage``.
         """
-        lo, hi = self.s.execute(select(func.min(R.c.id), func.max(R.c.id))).one()
+        # two scalar subqueries: SQLite answers a lone min() or max() from the primary key, but
+        # scans the whole table for both in one SELECT (0.1 s per million records)
+        lo, hi = self.s.execute(select(select(func.min(R.c.id)).scalar_subquery(),
+                                       select(func.max(R.c.id)).scalar_subquery())).one()
         written: dict[tuple[str, str | None], int] = {}
         if lo is None:
             return written
