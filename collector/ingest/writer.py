@@ -186,8 +186,7 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
     if not fresh:
         return
     inserted: list[tuple[Any, ...]] = []  # (id, *params) with the attributes as the ledger reads them back
-    params = [p for _, p in fresh.values()]
-    for rid, key in sorted(_insert_records(session, params, staged)):
+    for rid, key in sorted(_insert_records(session, [p for _, p in fresh.values()], staged)):
         rec, params = fresh.pop(key)
         text = params[_ATTRS]
         attributes = orjson.Fragment(text) if rec.exact_json else json.loads(text)
