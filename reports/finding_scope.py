@@ -152,7 +152,9 @@ class _EvidenceIndex:
 
 def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     """Policy findings whose interval (or evaluation period) overlaps the period and that are in
-    the scope by the module's rules, one per decision (the latest evaluation of its identity). Findings are few (decisions, not rows): held in memory."""
+    the scope by the module's rules, one per decision (the latest evaluation of its identity).
+    Findings are few (decisions, not rows): held in memory. Counts in the result are of decisions
+    (identities), not of stored evaluations."""
     f = Finding
     start, end = func.coalesce(f.from_ns, f.period_from_ns), func.coalesce(f.to_ns, f.period_to_ns)
     where = [start < scope.to_ns, end > scope.from_ns]
@@ -166,17 +168,18 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     latest: dict[str, Finding] = {}
     wide: set[str] = set()
     outside: set[str] = set()
+    excluded: dict[str, set[str]] = {}
     for row in rows:
+        key = finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, row.bundle_digest)
         clusters, namespaces = index.named(row.evidence)
         if scope.clusters and row.cluster is None:
             subject_cluster = (row.subjects or {}).get("cluster") if isinstance(row.subjects, dict) else None
             clusters |= {subject_cluster} if isinstance(subject_cluster, str) else set()
             if not clusters:
-                out.excluded[row.rule] = out.excluded.get(row.rule, 0) + 1
+                excluded.setdefault(row.rule, set()).add(key)
                 continue
             if not clusters & set(scope.clusters):
                 continue  # another cluster's finding
-        key = finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, row.bundle_digest)
         if scope.namespaces:
             named = subject_namespaces(row.subjects) | namespaces
             if named and not named & set(scope.namespaces):
@@ -186,6 +189,7 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
                 wide.add(key)
         latest[key] = row
     out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
+    out.excluded = {rule: len(keys) for rule, keys in excluded.items()}
     for row in latest.values():
         out.findings.append({
             "rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,

@@ -26,13 +26,13 @@ DIGEST = "e5" * 32
 
 
 def add_finding(s, rule: str, subjects: dict, evidence: dict | None, cluster: str | None, frm: float, to: float,
-                severity: str = "high", kind: str = "violation", gpu: str | None = None) -> None:
+                severity: str = "high", kind: str = "violation", gpu: str | None = None, evaluated: float = 26) -> None:
     """A finding as ``collector.policy.findings`` stores it (claims as ``namespace/name`` strings)."""
-    row = {"finding_key": content_hash([rule, subjects, cluster, frm]), "cluster": cluster, "rule": rule,
+    row = {"finding_key": content_hash([rule, subjects, cluster, frm, evaluated]), "cluster": cluster, "rule": rule,
            "severity": severity, "kind": kind, "message": f"{rule} planted", "subjects": subjects,
            "evidence": evidence, "physical_gpu_uuid": gpu, "from_ns": ns(frm), "to_ns": ns(to),
            "period_from_ns": ns(0), "period_to_ns": ns(24), "bundle_revision": "2026.11.3", "bundle_digest": DIGEST,
-           "engine": "regorus", "evaluated_at": at(26)}
+           "engine": "regorus", "evaluated_at": at(evaluated)}
     fid = s.execute(insert(Finding).values(**row).returning(Finding.id)).scalar_one()
     ledger.append(s, "findings", [{**row, "id": fid}])
 
@@ -101,8 +101,9 @@ def test_a_cluster_pack_places_findings_stored_without_a_cluster_by_what_they_na
     fill_store(sessions)
     plant_policy_findings(sessions, None)  # `draudit policy eval` without --cluster
     with sessions.begin() as s:
-        add_finding(s, "attribution/exact-ratio", {"cluster": None}, {"counts": {"records": 6, "exact": 4}}, None, 0, 24,
-                    severity="medium", kind="warning")
+        for evaluated in (26, 27):  # evaluated twice: one decision
+            add_finding(s, "attribution/exact-ratio", {"cluster": None}, {"counts": {"records": 6, "exact": 4}}, None,
+                        0, 24, severity="medium", kind="warning", evaluated=evaluated)
         add_finding(s, "coverage/observation-gap", {"cluster": "prod-us-2", "kinds": ["Pod"]},
                     {"watch_state": ["prod-us-2/Pod"]}, None, 11, 12, severity="medium", kind="warning")
     pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ()), tmp_path / "pack",
