@@ -188,3 +188,105 @@ def test_a_pan_next_to_a_uuid_or_hex_id_is_masked_and_the_identifier_kept(text, 
 def test_a_pan_right_after_a_unicode_escape_in_a_raw_line_is_masked(text, masked):
     # The escape's last hex digits ("a0", "20") are not the start of the run, nor a hex token.
     assert mask_text(text) == (masked, 1)
+
+
+# A PAN glued to letters or to track 2 data was taken for a hex id (a newcomer test found them stored in full).
+@pytest.mark.parametrize("text, masked", [
+    # EMV tag 57 (Track 2 Equivalent Data): PAN, "D", expiry YYMM, service code, discretionary data, "F" padding
+    ("EMV tag57=4111111111111111D25122010000000000F", "EMV tag57=411111******1111D*****************F"),
+    ("emv 57134111111111111111D25122010000000000F", "emv 571341**********1111D*****************F"),  # TLV tag + length first
+    ('{"t2":"5555555555554444D2709201123400000"}', '{"t2":"555555******4444D****************"}'),      # 32 chars: an id's length
+    (";4111111111111111=25121010000000000000?", ";411111******1111=********************?"),         # magnetic stripe track 2
+    ("4111111111111111DE", "411111******1111DE"),
+    ("card=4111111111111111abc", "card=411111******1111abc"),
+    ("x ab4111111111111111", "x ab411111******1111"),                       # letters on one side only
+    ("card 4111 1111 1111 1111ab", "card 411111******1111ab"),               # the last group used to be cut off
+])
+def test_a_pan_followed_or_preceded_by_letters_or_track2_data_is_masked(text, masked):
+    from collector.ingest.pan import may_contain_pan
+
+    assert may_contain_pan(text)
+    assert mask_text(text) == (masked, 1)
+    assert mask_text(masked) == (masked, 0)
+
+
+@pytest.mark.parametrize("text", [
+    "trace 4111111111111111a3ce929d0e0e4736",                                    # trace id starting with a Luhn-valid run
+    '{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"4111111111111abc"}',  # span id: 16 characters
+    "image sha256:5c5b9ef4d1b4ab1e3e4111111111111111f0e8c2a1b3d4e5f6a7b8c9d0e1f2a3",  # 64: a digest
+    "git 4111111111111111aa9d5e7b9c4f3e2d1c0b9a87",                               # 40: a commit
+    "oid 65f1a2b34111111111111111",                                              # 24: ObjectId
+    "containerd://4111111111111111cafe0123456789abcdef0123456789abcdef0123456789ab",  # 64 after //
+    "uuid 41111111-1111-1111-1111-111111111111",
+    "id 0af7651916cd43dd8448eb211c80319cd25121010",                              # "d" + digits, no PAN before it
+])
+def test_hex_ids_holding_a_luhn_valid_run_are_left_alone(text):
+    assert mask_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("pan+exp 41111111111111112512", "pan+exp 411111******1111****"),                # YYMM
+    ("pan+exp 55555555555544441227", "pan+exp 555555******4444****"),                # MMYY
+    ("x 62055000000000000042512", "x 620550*********0004****"),                      # 19 + 4 = 23 digits
+])
+def test_a_pan_with_its_expiry_glued_on_is_masked(text, masked):
+    assert mask_text(text) == (masked, 1)
+    assert PanMasker().value(int(text.split()[-1])) == masked.split()[-1]
+
+
+@pytest.mark.parametrize("text", [
+    "ts 1741083300067771169",       # nanosecond time, 19 digits: its first 15 pass Luhn, its last 4 read as MMYY
+    "u64 18446744073709551615",     # 20 digits: unsigned 64-bit ids all start with 1
+    "id 20250304101500067462",      # date-first id: no card network numbers start with 20 or 21
+    "n 00000000000041111111",       # zero-padded counter
+    "n 41111111111111112513",       # month 13: no expiry date
+    "n 41111111111111122512",       # PAN part fails Luhn
+    "n 411111111111111112512",      # 17 + 4: the 17 digits fail Luhn
+    "n 411111111111111111112512",   # 24 digits: too long
+])
+def test_long_numbers_that_are_not_a_pan_and_expiry_are_left_alone(text):
+    assert mask_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize("text, masked", [
+    ("card 4111 1111 1111 111", "card 411111*********"),                          # 15 of 16 digits: the 16th is the check digit
+    ('{"message":"card 41111111111', '{"message":"card 411111*****'),                # 11 digits
+    ("p card 4111\\u00201111\\u00201111\\u0020111", "p card 411111*********"),        # separators as escapes
+])
+def test_digits_at_the_end_of_a_cut_text_are_masked_as_the_start_of_a_pan(text, masked):
+    from collector.ingest.pan import mask_cut_end
+
+    assert mask_cut_end(text) == (masked, 1)
+    assert mask_cut_end(masked) == (masked, 0)
+
+
+@pytest.mark.parametrize("text", ["card 4111111111", "card 411111******1111", "card 4111 1111 1111 111 declined", "n 1234567890"])
+def test_short_or_masked_or_inner_digit_runs_are_not_taken_for_a_cut_pan(text):
+    from collector.ingest.pan import mask_cut_end
+
+    assert mask_cut_end(text) == (text, 0)
+
+
+def test_in_binary_text_a_pan_touching_a_digit_byte_is_masked():
+    from collector.ingest.pan import mask_binary
+
+    # An OTLP LogRecord body "card 4111111111111111" followed by the tag of field 6 (0x32, "2").
+    junk = "\x15card 41111111111111112\x0f\n\x06txn_id"
+    assert mask_text(junk) == (junk, 0)  # 17 digits: no PAN by Luhn
+    assert mask_binary(junk) == ("\x15card 411111*******1112\x0f\n\x06txn_id", 1)
+    assert mask_binary("ref 41111111111111112 ok") == ("ref 41111111111111112 ok", 0)  # text: the usual rules
+
+
+@pytest.mark.parametrize("final", [None, '2025-03-04T10:15:00.069Z stdout F  declined"'])
+def test_a_pan_split_between_partial_chunks_is_masked_in_quarantine(final):
+    from collector.ingest.parser import LineParser
+
+    parser = LineParser()
+    lines = ['2025-03-04T10:15:00.067Z stdout P {"txn_id":"T-1","m":"card 4111 1111',
+             "2025-03-04T10:15:00.068Z stdout P  1111 1111"] + ([final] if final else [])
+    outcomes = [o for i, line in enumerate(lines) for o in parser.feed_text(line, "src", str(i + 1))] + parser.finish()
+    (out,) = outcomes
+    assert out.reason.startswith("incomplete-partial" if final is None else "unparseable")
+    # the reassembled payload, masked: the raw chunks each hold 8 digits of the PAN
+    assert out.raw_text == '{"txn_id":"T-1","m":"card 411111******1111' + (" declined\"" if final else "")
+    assert parser.masker.masked == 1

@@ -16,13 +16,18 @@ annex B), written in one of these ways:
   would turn every epoch time with a fraction (``1795987769.834784``) into a candidate.
 
 Full-width digits (``４１１１…``) count as digits. Letters next to the run do not
-protect it (``PAN4111…``, ``4111…EUR`` are masked) unless the letters and the run together form
-one hexadecimal token (a trace id, a container id, a digest: ``ab4111…cd``) or the run sits inside
-a UUID; a percent-escape or a JSON escape before the run (``pan%3D4000…``, URL-encoded ``=``;
-``\b4111…``, a backspace) is not part of a token. A match is replaced by its first 6
-and last 4 digits with ``*`` in between, separators dropped: ``411111******1111`` — the most
-PCI DSS 3.4.1 allows to be shown. Runs longer than 19 digits are searched for a PAN that starts
-and ends on a group boundary (``ref 2024 4111 1111 1111 1111``).
+protect it (``PAN4111…``, ``4111…EUR``, ``4111…DE``, ``card=4111…abc`` are masked) unless the
+letters and the run together form one hexadecimal identifier — a hex token with letters on both
+sides of the run (``ab4111…cd``) or of an identifier's length (16, 24, 32, 40, 64: span, trace,
+container ids, digests, commits) — or the run sits inside a UUID; a percent-escape or a JSON
+escape before the run (``pan%3D4000…``, URL-encoded ``=``; ``\b4111…``, a backspace) is not part
+of a token. Track 2 data (``4111…D2512201…F`` in EMV tag 57, ``;4111…=2512101…?`` on a stripe) is
+masked even inside a hex token, and every digit after its separator is starred. A match is
+replaced by its first 6 and last 4 digits with ``*`` in between, separators dropped:
+``411111******1111`` — the most PCI DSS 3.4.1 allows to be shown. Runs longer than 19 digits are
+searched for a PAN that starts and ends on a group boundary (``ref 2024 4111 1111 1111 1111``);
+a run of 20-23 digits that is a PAN with its expiry date glued on (``41111111111111112512``) is
+masked as ``411111******1111****`` (``_is_pan_with_expiry`` says which).
 
 Pure functions, no I/O. False positives (a 16-digit order number that happens to pass Luhn) are
 masked too: over-masking loses a little detail, under-masking breaks the rule.
@@ -65,7 +70,15 @@ _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
 _UUID = re.compile(r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
 # A hex token (trace, span, container ids) with at least one letter, bounded by characters that
 # extend neither a digit run nor an alphanumeric token (see ``may_contain_pan``).
-_HEX_TOKEN = rf"(?<![\w%{_SEP_CHARS}])(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}}(?![\w{_SEP_CHARS}]|\\+[ntr/u])"
+# Lengths of hexadecimal identifiers: span and other 64-bit ids (16), MongoDB ObjectId and the random
+# part of an AWS X-Ray trace id (24), trace ids, MD5 and UUIDs without dashes (32), SHA-1 and git
+# commits (40), SHA-256 digests and container ids (64).
+HEX_ID_LENGTHS = (64, 40, 32, 24, 16)
+# A hex identifier as ``_hex_token_sides`` protects the digit runs in it: a hex letter at both ends
+# (every run inside has letters on both sides), or a known identifier length; with a letter.
+_HEX_ID = (r"(?=[0-9]*[A-Fa-f])(?:[A-Fa-f][0-9A-Fa-f]{12,}[A-Fa-f]|"
+           + "|".join(f"[0-9A-Fa-f]{{{n}}}" for n in HEX_ID_LENGTHS) + ")")
+_HEX_TOKEN = rf"(?<![\w%{_SEP_CHARS}]){_HEX_ID}(?![\w{_SEP_CHARS}]|\\+[ntr/u])"
 # Either one, in one pass. The two never overlap (a hex token holds no dash and is bounded by
 # characters a UUID cannot contain), so this finds the UUIDs ``_UUID.finditer`` finds.
 _UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
@@ -73,7 +86,7 @@ _UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
 # inside an escaped JSON string (``\\"…\\"``): after an opening quote and before a closing one. There
 # ``_UUID_OR_HEX_TOKEN`` matches exactly the same span: its look-arounds accept a quote before and a
 # backslash or quote after, and no match of it can include a quote.
-_QUOTED_IDENTIFIER = re.compile(rf'"(?:(?P<uuid>{_UUID.pattern})|(?=[0-9]*[A-Fa-f])[0-9A-Fa-f]{{14,}})(?=\\*")')
+_QUOTED_IDENTIFIER = re.compile(rf'"(?:(?P<uuid>{_UUID.pattern})|{_HEX_ID})(?=\\*")')
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
 _MAYBE = re.compile(rf"\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12}}")
 # Fast pre-filter for whole lines (C-speed translate + substring search instead of a regex that
@@ -109,7 +122,7 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     # extend neither a run nor a token (not a word character, separator, separator escape or
     # ``%``), holds only runs that ``_hex_token_sides`` cuts off whole. The raw text shows a field's identifiers as decoded
     # unless an escape turns into a hex letter (\b, \f).
-    if "\\b" in text or "\\f" in text:
+    if "\\b" in text or "\\f" in text or _TRACK2_HINT.search(text):  # track 2 is masked inside hex ids too
         return True
     # Cheap look first: only the identifiers that are whole JSON strings (pod UIDs, container,
     # trace and span ids as shippers and loggers write them), found by a pattern that starts with
@@ -169,6 +182,36 @@ def mask_digits(digits: str) -> str:
     return digits[:6] + "*" * (len(digits) - 10) + digits[-4:]
 
 
+def _is_expiry_yymm(four: str) -> bool:
+    """``four`` digits read as an expiry date YYMM (month 01-12), as track 2 writes it."""
+    return "01" <= four[2:] <= "12"
+
+
+# A PAN with its expiry date glued on (``41111111111111112512``): a run of 20-23 digits whose
+# first 16-19 digits start with 2-9 (not 20 or 21) and pass Luhn and whose last four are YYMM or MMYY.
+PAN_EXPIRY_DIGITS = (20, 23)  # 16-19 digits + 4
+
+
+def _is_pan_with_expiry(run: str) -> bool:
+    """True when the digit ``run`` (20-23 ASCII digits) is a 16-19-digit PAN followed by an expiry
+    date, YYMM or MMYY (month 01-12).
+
+    Shorter PANs are left out: a 13-15-digit PAN and an expiry make 17-19 digits, which nanosecond
+    times (19 digits) would match a few times in a hundred. A first digit 0 or 1 is left out too:
+    no 16-19-digit card number starts with one (ISO/IEC 7812 major industry identifiers 0 and 1:
+    industry assignments and airlines' 15-digit UATP cards), while 20-digit unsigned 64-bit
+    integers (trace and span ids written in decimal) all start with 1 and zero-padded counters with
+    0; and so are 20 and 21 (in no card network's range: Mastercard's 2-series is 2221-2720, Mir's
+    2200-2204), where ids that start with a date (``20250304101500067462``) begin. About one random
+    20-23-digit number in 44 among the others matches (Luhn 1 in 10, a month in one of the two
+    places 23 in 100).
+    """
+    if not PAN_EXPIRY_DIGITS[0] <= len(run) <= PAN_EXPIRY_DIGITS[1] or run[0] in "01" or run[:2] in ("20", "21"):
+        return False
+    expiry = run[-4:]
+    return (_is_expiry_yymm(expiry) or "01" <= expiry[:2] <= "12") and luhn_ok(run[:-4])
+
+
 def _is_pan(groups: list[str], single: list[bool]) -> bool:
     """True when the digit ``groups`` joined are a PAN in an accepted spelling (module docstring):
     ``single[k]`` says whether the separator after ``groups[k]`` was one single separator."""
@@ -184,6 +227,8 @@ def _mask_run(run: str) -> tuple[str, int]:
     if run.isdigit():
         if PAN_MIN_DIGITS <= len(run) <= PAN_MAX_DIGITS and luhn_ok(run):
             return mask_digits(run), 1
+        if _is_pan_with_expiry(run):  # the PAN masked as usual, the expiry date starred
+            return mask_digits(run[:-4]) + "****", 1
         return run, 0
     # The whole run, else PANs aligned on group boundaries (``ref 2024 4111 1111 1111 1111``),
     # keeping the separators between the groups left.
@@ -211,6 +256,44 @@ def _mask_run(run: str) -> tuple[str, int]:
     return ("".join(out), count) if count else (run, 0)
 
 
+# Track 2 (ISO/IEC 7813; EMV tag 57, Track 2 Equivalent Data): PAN, separator ("=" on a magnetic
+# stripe, "D" in EMV data), expiry YYMM, service code and discretionary data, in EMV data padded
+# with "F". Up to 4 digits may come before the PAN (an EMV TLV dump's tag 57 and length, ``5713…``).
+# The 3-digit service code is required (its first digit is 1, 2, 5, 6, 7 or 9, ISO/IEC 7813): without
+# it about 1 random 64-character hex id in 10 000 would read as a PAN, "d" and an expiry.
+_TRACK2 = re.compile(r"(?<!\d)(\d{%d,%d})([Dd=])(\d{4})([125679]\d\d\d*)" % (PAN_MIN_DIGITS, PAN_MAX_DIGITS + 4))
+# What every track 2 candidate contains (``may_contain_pan``); written to start with the separator,
+# which the regex engine skips to (4 times faster than trying 13 digits at every position).
+_TRACK2_HINT = re.compile(r"[Dd=](?<=\d{%d}[Dd=])\d{7}" % PAN_MIN_DIGITS)
+
+
+def _track2_pan(digits: str) -> bool:
+    """True when ``digits`` (before a track 2 separator) end with a PAN: a 13-19-digit suffix passes Luhn."""
+    return any(luhn_ok(digits[-n:]) for n in range(min(len(digits), PAN_MAX_DIGITS), PAN_MIN_DIGITS - 1, -1))
+
+
+def _mask_track2(text: str) -> tuple[str, int]:
+    """Mask track 2 data (``4111111111111111D25122010000000000F``, ``;4111…=2512101…?``).
+
+    It is masked even inside what looks like a hexadecimal identifier (EMV data is hex, and a
+    track of 24 or 32 characters has an identifier's length). The digits before the separator are
+    masked as one PAN (first 6 and last 4 shown: at most the PAN's first 6 when a TLV header comes
+    first); every digit after it is starred: the expiry, the service code and the discretionary
+    data, which holds the card verification value (sensitive authentication data, never stored
+    after authorisation: PCI DSS 3.3.1.1). Separator and padding stay.
+    """
+    count = 0
+
+    def repl(m: re.Match[str]) -> str:
+        nonlocal count
+        if not (_is_expiry_yymm(m.group(3)) and _track2_pan(m.group(1))):
+            return m.group()
+        count += 1
+        return mask_digits(m.group(1)) + m.group(2) + "*" * (4 + len(m.group(4)))
+
+    return _TRACK2.sub(repl, text), count
+
+
 def _mask_dotted(text: str) -> tuple[str, int]:
     """Mask card numbers written in dotted 4-digit groups (``6011.0009.9013.9424``)."""
     count = 0
@@ -227,9 +310,11 @@ def _mask_dotted(text: str) -> tuple[str, int]:
 
 
 def _hex_token_sides(text: str, start: int, end: int) -> tuple[bool, bool]:
-    """Whether the run ``text[start:end]`` starts / ends inside a hexadecimal token: letters touch
-    it and the whole alphanumeric token is hexadecimal (the letters on each side that touches are
-    hex digits). ``(False, False)`` when it is not inside one."""
+    """Whether the run ``text[start:end]`` starts / ends inside a hexadecimal identifier: letters
+    touch it, the whole alphanumeric token around that digit group is hexadecimal, and either it
+    has hex letters on both sides of the group or its length is an identifier's (``HEX_ID_LENGTHS``:
+    a span, trace or container id, a digest). A PAN only followed or only preceded by letters
+    (``4111…DE``, ``card=4111…abc``) is not in one. ``(False, False)`` when it is not inside one."""
     left = start
     while left > 0 and text[left - 1].isalnum():
         left -= 1
@@ -243,9 +328,19 @@ def _hex_token_sides(text: str, start: int, end: int) -> tuple[bool, bool]:
         right += 1
     if left == start and right == end:
         return False, False
-    if all(c in _HEX_CHARS for c in text[left:start]) and all(c in _HEX_CHARS for c in text[end:right]):
-        return left < start, right > end
-    return False, False
+    if not (all(c in _HEX_CHARS for c in text[left:start]) and all(c in _HEX_CHARS for c in text[end:right])):
+        return False, False
+    first_end = start  # the first digit group ends where the run's first non-digit is
+    while first_end < end and text[first_end].isdigit():
+        first_end += 1
+    last_start = end
+    while last_start > start and text[last_start - 1].isdigit():
+        last_start -= 1
+    if first_end == end:  # one group: one token, an identifier with letters on both sides or of a known length
+        inside = (left < start and right > end) or (right - left) in HEX_ID_LENGTHS
+        return inside and left < start, inside and right > end
+    return (left < start and (first_end - left) in HEX_ID_LENGTHS,
+            right > end and (right - last_start) in HEX_ID_LENGTHS)
 
 
 # An OTLP/JSON time field's value in a raw line (``"timeUnixNano":"1741083300067462000"``): a
@@ -364,6 +459,11 @@ def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str
         windows = [(0, len(text))] if _MAYBE.search(text) else []
     if not windows:
         return text, dotted
+    if _TRACK2_HINT.search(text):
+        text, track2 = _mask_track2(text)
+        if track2:  # masked text: fewer digits, the windows are searched again
+            masked, n = _mask_text(text, keep_otlp_times, windowed=windowed)
+            return masked, n + track2 + dotted
     uuids = [m.span() for w in windows for m in _UUID.finditer(text, *w)] if "-" in text else []
     pieces: list[str] = []
     last = 0
@@ -386,6 +486,63 @@ def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str
         return text, dotted
     pieces.append(text[last:])
     return "".join(pieces), count + dotted
+
+
+# A PAN cut off at the end of a text: from this many digits on, what is left narrows the PAN down
+# more than its first 6 and last 4 do (10 digits shown and Luhn leave 10^(n-11) n-digit candidates;
+# the first 11 digits and Luhn leave 10^(n-12)). 15 digits of a 16-digit PAN are the PAN: the last
+# is its Luhn check digit.
+CUT_PAN_MIN_DIGITS = 11
+_CUT_END_CHARS = 512  # how far back from the end a trailing run is looked for
+
+
+def mask_cut_end(text: str) -> tuple[str, int]:
+    """Mask the digits at the very end of ``text`` when they may be the start of a PAN cut off there.
+
+    For text that may have been cut before it reached us (a quarantined line: a truncated file or
+    .gz, an unterminated CRI partial, a JSON line that ends in the middle of a string): a run of
+    ``CUT_PAN_MIN_DIGITS`` or more digits (separators and their escapes between them, as for a PAN)
+    that ends the text keeps its first 6 digits, every other digit becomes ``*`` and the separators
+    inside the run go (``card 4111 1111 1111 111`` → ``card 411111*********``). Not first 6 / last 4:
+    the last digits shown would be digits a masked copy of the same PAN elsewhere hides. Run
+    ``mask_text`` first (a complete PAN at the end is masked as one, and then ends in 4 digits).
+
+    Returns:
+        ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
+    """
+    m = TRAILING_DIGIT_RUN.search(text, max(0, len(text) - _CUT_END_CHARS))
+    if m is None:
+        return text, 0
+    start = m.start()
+    lead = _SEP_RUN.match(text, start)  # separators before the first digit stay
+    if lead:
+        start = lead.end()
+    digits = "".join(_SEP_RUN.split(text[start:]))
+    if len(digits) < CUT_PAN_MIN_DIGITS:
+        return text, 0
+    return text[:start] + digits[:6] + "*" * (len(digits) - 6), 1
+
+
+# Characters no text log line holds and binary data (a protobuf file read as lines) does: C0
+# controls other than tab, LF, FF, CR and ESC (coloured logs), DEL, U+FFFD (an undecodable byte or NUL).
+_BINARY_CHAR = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
+_LONG_DIGIT_RUN = re.compile(r"\d{%d,}" % PAN_MIN_DIGITS)
+
+
+def mask_binary(text: str) -> tuple[str, int]:
+    """In text that holds binary data (``_BINARY_CHAR``), mask every run of 13 or more digits, Luhn or not.
+
+    Binary data has no word boundaries: a protobuf tag or length byte that reads as a digit
+    (``0``-``9`` are 0x30-0x39: field 6 and 7 tags, lengths 48-57) can touch either end of a PAN
+    (``card 4111111111111111`` and the tag ``2``: 17 digits, not a PAN by Luhn). Each run keeps its
+    first 6 and last 4 digits. Text without such a character is returned as it is.
+
+    Returns:
+        ``(masked_text, number_of_runs_masked)``.
+    """
+    if not _BINARY_CHAR.search(text):
+        return text, 0
+    return _LONG_DIGIT_RUN.subn(lambda m: mask_digits(m.group()), text)
 
 
 class NullMasker:

@@ -32,7 +32,8 @@ from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, looks_like_export_request, records_from_json
-from collector.ingest.pan import NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_text, may_contain_pan
+from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_binary, mask_cut_end, mask_text,
+                                  may_contain_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, TIME_KEYS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -142,12 +143,20 @@ class LineParser:
         """A quarantine outcome: ``text`` masked (then truncated for oversize input), reason masked.
 
         The nanosecond times of a raw OTLP/JSON line are not taken for PANs
-        (``pan.mask_text``'s ``keep_otlp_times``), as in a parsed OTLP record.
+        (``pan.mask_text``'s ``keep_otlp_times``), as in a parsed OTLP record. Binary text (a
+        protobuf file read as lines) has every run of 13+ digits masked (``pan.mask_binary``). A
+        rejected line may have been cut before it arrived (a truncated file, an unterminated
+        partial), so a run of digits at its end is masked as the start of a PAN (``pan.mask_cut_end``).
         """
         masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text), keep_otlp_times=True)
+        masked, binary_runs = mask_binary(masked)
+        self.masker.masked += binary_runs
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
             masked = TRAILING_DIGIT_RUN.sub("", masked) + "…"  # never keep a PAN cut in half
+        else:
+            masked, cut = mask_cut_end(masked)
+            self.masker.masked += cut
         return Outcome(self.masker.text(source), position, reason=self.masker.text(reason), raw_text=masked,
                        raw_sha256=hashlib.sha256(masked.encode("utf-8")).hexdigest())
 
@@ -213,10 +222,27 @@ class LineParser:
         """End of input: partial lines never completed are quarantined (``incomplete-partial``)."""
         out = []
         for key, p in self._partials.items():
-            out.append(self.reject("\n".join(p.raws), "incomplete-partial: partial line (P) never completed by a final "
-                                   "chunk before the end of input", key[0], p.position, truncated=p.overflow))
+            out.append(self.reject(self._partial_text(p.raws, p.chunks), "incomplete-partial: partial line (P) never "
+                                   "completed by a final chunk before the end of input", key[0], p.position,
+                                   truncated=p.overflow))
         self._partials.clear()
         return out
+
+    def _partial_text(self, raws: list[str], chunks: list[str]) -> str:
+        """What to quarantine for the chunks of a partial line: the raw lines joined by newlines,
+        each masked, a run of digits at the end of each masked as a cut PAN (``pan.mask_cut_end``:
+        every chunk ends where its writer cut the line). When the chunks' payloads joined hold
+        more PANs than they do one by one, a PAN spans a chunk boundary, which masking each raw
+        line cannot see: then the joined payload, masked, is quarantined instead of the raw lines."""
+        joined = "".join(chunks)
+        if sum(mask_text(c)[1] for c in chunks) < mask_text(joined)[1]:
+            return self.masker.text(joined, keep_otlp_times=True)
+        out = []
+        for raw in raws:
+            raw, cut = mask_cut_end(self.masker.text(raw, keep_otlp_times=True))
+            out.append(raw)
+            self.masker.masked += cut
+        return "\n".join(out)
 
     # -- one line ----------------------------------------------------------------------------------
 
@@ -307,10 +333,12 @@ class LineParser:
             del self._partials[key]
             total = pending.size + len(env.payload.encode("utf-8")) if isinstance(env.payload, str) else pending.size
             joined_raw = "\n".join(pending.raws + [raw])
+            chunks = pending.chunks + ([env.payload] if isinstance(env.payload, str) else [])
             if pending.overflow or total > self.max_line_bytes:
-                return [self.reject(joined_raw, f"line-too-long: reassembled partial line of {total} bytes exceeds the "
-                                    f"limit of {self.max_line_bytes} (DRAUDIT_INGEST_MAX_LINE_BYTES)",
-                                    source, pending.position, truncated=True)]
+                reason = (f"line-too-long: reassembled partial line of {total} bytes exceeds the limit of "
+                          f"{self.max_line_bytes} (DRAUDIT_INGEST_MAX_LINE_BYTES)")
+                return [self.reject(self._partial_text(pending.raws + [raw], chunks), reason, source, pending.position,
+                                    truncated=True)]
             first = pending.env
             first.payload = "".join(pending.chunks) + (env.payload if isinstance(env.payload, str) else "")
             first.partial = False
@@ -318,7 +346,8 @@ class LineParser:
             try:
                 return [self._payload(first, joined_raw, source, pending.position)]
             except (Rejected, JsonRejected) as exc:
-                return [self.reject(joined_raw, exc.reason, source, pending.position)]
+                return [self.reject(self._partial_text(pending.raws + [raw], chunks), exc.reason, source,
+                                    pending.position)]
         return [self._payload(env, raw, source, position)]
 
     def _decode_payload(self, text: str) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
