@@ -489,3 +489,65 @@ def test_cli_names_the_flag_for_a_bad_flag_value_and_the_variable_for_a_bad_envi
     monkeypatch.setenv("DRAUDIT_CLUSTER", " ")
     result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", url])
     assert result.exit_code == 2 and "draudit: error: DRAUDIT_CLUSTER must not be empty" in result.stderr
+
+
+def _otlp_protobuf(body: str) -> bytes:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+
+    record = LogRecord(time_unix_nano=1_741_083_300_067_462_000, body=AnyValue(string_value=body),
+                       attributes=[KeyValue(key="txn_id", value=AnyValue(string_value="T-PB"))])
+    return ExportLogsServiceRequest(resource_logs=[ResourceLogs(scope_logs=[ScopeLogs(log_records=[record])])]).SerializeToString()
+
+
+def test_no_pan_cut_off_before_arrival_or_inside_binary_data_reaches_quarantine(sessions, engine, database_url, backend, tmp_path):
+    from collector.ingest.pipeline import open_input
+
+    cut_json = tmp_path / "cut.log"  # the writer died mid-line: 15 of 16 digits, the 16th is the check digit
+    cut_json.write_bytes(b'{"txn_id":"T-CUT","message":"card 4111 1111 1111 111\n')
+    partial = tmp_path / "partial.log"  # a CRI partial never completed, cut right after 15 digits
+    partial.write_bytes(b"2025-03-04T10:15:00.067Z stdout P card 411111111111111\n")
+    whole = gzip.compress(b'{"txn_id":"T-GZ","message":"card 5555555555554444 declined"}\n', compresslevel=0)  # stored: cut anywhere
+    cut_gz = tmp_path / "cut.log.gz"  # ends early, within the PAN
+    cut_gz.write_bytes(next(whole[:n] for n in range(len(whole), 0, -1)
+                            if zlib.decompressobj(31).decompress(whole[:n]).endswith(b"555555555555444")))
+    protobuf = tmp_path / "otlp.pb"  # read as lines: a tag byte "2" touches the PAN (17 digits)
+    protobuf.write_bytes(_otlp_protobuf("card 4111111111111111"))
+    assert b"41111111111111112" in protobuf.read_bytes()
+    run = IngestRun(sessions, settings_for(database_url))
+    for path in (cut_json, partial, cut_gz, protobuf):
+        stream, _position, _size = open_input(str(path))
+        with stream:
+            run.ingest_stream(stream, str(path))
+    counts = run.finish()
+    assert counts.stored == 0 and counts.quarantined == counts.read and counts.pan_masked >= 4
+    with sessions() as s:
+        raw = dict(s.execute(select(Quarantine.source, Quarantine.raw_text).where(Quarantine.source != str(protobuf))).all())
+    assert raw[str(cut_json)] == '{"txn_id":"T-CUT","message":"card 411111*********'
+    assert raw[str(partial)] == "2025-03-04T10:15:00.067Z stdout P card 411111*********"
+    assert raw[str(cut_gz)] == '{"txn_id":"T-GZ","message":"card 555555*********'
+    blob = _SEPARATORS.sub("", _database_text(engine, database_url, backend))
+    assert "TCUT" in blob and "TGZ" in blob  # we are looking at the right data (separators removed)
+    for prefix in ("411111111111111", "555555555555444"):
+        assert prefix not in blob, f"15 digits of a PAN found in the {backend} database"
+
+
+def test_cli_refuses_an_otlp_protobuf_file_naming_it_and_the_http_endpoint(database_url, engine, tmp_path):
+    runner = _migrated(database_url)
+    protobuf = tmp_path / "otlp.pb"
+    protobuf.write_bytes(_otlp_protobuf("card 4111111111111111"))
+    packed = tmp_path / "otlp.pb.gz"
+    packed.write_bytes(gzip.compress(protobuf.read_bytes()))
+    good = tmp_path / "gelf.jsonl"
+    shutil.copy(DATA / "gelf.jsonl", good)
+    for path in (protobuf, packed):
+        result = runner.invoke(cli, ["ingest", str(good), str(path), "--database-url", database_url])
+        assert result.exit_code == 2
+        assert f"{path}: this is binary OTLP protobuf" in result.stderr and "POST /v1/logs" in result.stderr
+    with engine.connect() as conn:  # refused before anything was read, also the good file
+        assert conn.execute(select(func.count()).select_from(InferenceRecord)).scalar_one() == 0
+    blank_lines_first = tmp_path / "blank-first.jsonl"  # starts with 0x0a too, and is text
+    blank_lines_first.write_bytes(b"\n\n\n" + (DATA / "gelf.jsonl").read_bytes())
+    result = runner.invoke(cli, ["ingest", str(blank_lines_first), "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["stored"] == 2
