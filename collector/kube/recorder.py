@@ -22,7 +22,6 @@ from typing import Any, Callable
 
 import psycopg
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from collector.kube.discovery import KindSpec
@@ -73,6 +72,37 @@ def _pg_copy_versions(s: Session, values: list[tuple], replays_possible: bool) -
         raise _ReplayedVersion() from None
     uid_at, rv_at, type_at = (_VERSION_COLUMNS.index(c) for c in ("uid", "resource_version", "event_type"))
     return [(new_id, row[uid_at], row[rv_at], row[type_at]) for new_id, row in zip(ids, values)]
+
+
+_SQLITE_INSERT_VERSIONS = (f"INSERT INTO object_versions ({', '.join(_VERSION_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' for _ in _VERSION_COLUMNS)}) "
+                           f"ON CONFLICT ({', '.join(_VERSION_KEY)}) DO NOTHING")
+
+
+def _sqlite_insert_versions(s: Session, values: list[tuple]) -> list[tuple]:
+    """SQLite: insert ``object_versions`` rows (tuples in ``_VERSION_COLUMNS`` order, ``raw`` as its
+    JSON text); returns ``(id, uid, resource_version, event_type)`` of the rows inserted (replays
+    skipped by ``ON CONFLICT DO NOTHING``).
+
+    One prepared statement through the driver's ``executemany``: SQLAlchemy's dialect-specific
+    ``insert().on_conflict_do_nothing()`` has no cache key, so Core compiled it again for every
+    batch — most of the recorder's CPU under a steady event rate, where batches are small. The
+    writer holds the database (``BEGIN IMMEDIATE``), so the rows above the previous max(id) are
+    exactly the ones inserted.
+    """
+    conn = s.connection()
+    at = _VERSION_COLUMNS.index("observed_at")
+    bind_at = ObjectVersion.__table__.c.observed_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    if bind_at is not None:  # as Core binds it: the same stored text
+        values = [(*v[:at], bind_at(v[at]), *v[at + 1:]) for v in values]
+    before = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM object_versions").scalar_one()
+    cur = conn.connection.driver_connection.cursor()
+    try:
+        cur.executemany(_SQLITE_INSERT_VERSIONS, values)
+        return cur.execute("SELECT id, uid, resource_version, event_type FROM object_versions WHERE id > ? ORDER BY id",
+                           (before,)).fetchall()
+    finally:
+        cur.close()
 
 
 @dataclass
@@ -321,16 +351,11 @@ class Recorder:
         if not rows:
             return []
         by_key = {(r["uid"], r["resource_version"], r["event_type"]): r for r in rows}
+        values = [(*(r[c] for c in _VERSION_COLUMNS[:-2]), text.decode(), r["content_hash"]) for r, text in zip(rows, raw_texts)]
         if s.get_bind().dialect.name == "postgresql":
-            values = [(*(r[c] for c in _VERSION_COLUMNS[:-2]), text.decode(), r["content_hash"]) for r, text in zip(rows, raw_texts)]
             result = _pg_copy_versions(s, values, replays_possible)
         else:
-            table = ObjectVersion.__table__
-            stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=_VERSION_KEY).returning(
-                table.c.id, table.c.uid, table.c.resource_version, table.c.event_type)
-            # Core executemany ("insertmanyvalues"); RETURNING yields only the rows inserted, so
-            # replays are recognised by their key and get no ledger entry or projection update.
-            result = s.execute(stmt, rows).all()
+            result = _sqlite_insert_versions(s, values)
         inserted: list[dict] = []
         for new_id, uid, rv, et in result:
             row = by_key.get((uid, rv, et))
