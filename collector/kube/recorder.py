@@ -279,6 +279,10 @@ class Recorder:
         counts: dict[str, list[int]] = {}
         lag_ns: list[int] = []
         new_versions: list[dict] = []
+        # A reflector submits each chunk of its stream as it arrives (a few events under a steady
+        # rate): the events of one kind are inserted together, one statement per kind and
+        # transaction, in the order they were submitted.
+        events: dict[str, tuple[KindSpec, list[ObservedEvent]]] = {}
         with self.sessions() as s:
             with s.begin():
                 for op in ops:
@@ -287,9 +291,7 @@ class Recorder:
                     kind = op.spec.kind
                     c = counts.setdefault(kind, [0, 0])
                     if op.kind == "events":
-                        rows = self._insert_versions(s, op.spec, op.payload, replays_possible)
-                        new_versions.extend(rows)
-                        c[0] += len(rows)
+                        events.setdefault(kind, (op.spec, []))[1].extend(op.payload)
                         lag_ns.extend(ev.observed_ns for ev in op.payload)
                     elif op.kind == "quarantine":
                         self._insert_quarantine(s, op.spec, *op.payload)
@@ -302,6 +304,10 @@ class Recorder:
                         states[kind] = "gap"
                     if op.resume_rv is not None and op.kind in ("events", "resume", "synced"):
                         committed_rv[kind] = op.resume_rv
+                for kind, (spec, kind_events) in events.items():
+                    rows = self._insert_versions(s, spec, kind_events, replays_possible)
+                    new_versions.extend(rows)
+                    counts[kind][0] += len(rows)
                 # One ledger append and one projection pass per transaction (in id order, which is
                 # the order the events arrived per object), not one per submitted batch.
                 if new_versions:
