@@ -39,7 +39,6 @@ from sqlalchemy.orm import Session, aliased
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from collector.kube.normalize import device_capacity_bytes
-from collector.policy.findings import finding_identity
 from collector.store.db import SQLITE_BUSY_TIMEOUT_MS
 from collector.store.models import (
     AllocationEpisode,
@@ -47,7 +46,6 @@ from collector.store.models import (
     ClaimConsumer,
     CoverageInterval,
     DeviceState,
-    Finding,
     InferenceRecord,
     Lineage,
     WatchState,
@@ -751,51 +749,6 @@ FINDING_COLUMNS = (
     "subjects", "evidence", "bundle_revision", "bundle_digest", "engine", "evaluated_at", "finding_key",
 )
 SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3, "info": 4}
-
-
-def _namespaces_in(value: Any, key: str = "") -> set[str]:
-    found: set[str] = set()
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found |= _namespaces_in(v, k)
-    elif isinstance(value, list):
-        for v in value:
-            found |= _namespaces_in(v, key)
-    elif isinstance(value, str) and "namespace" in key.lower():
-        found.add(value)
-    return found
-
-
-def findings(session: Session, scope: Scope) -> list[dict[str, Any]]:
-    """Policy findings whose interval (or evaluation period) overlaps the period, one per decision.
-
-    The same finding evaluated several times is kept once: the latest evaluation of its identity
-    (``collector.policy.findings.finding_identity``: rule, cluster, subjects, start, bundle digest —
-    not the end, which moves while an interval is still open, nor the evaluation period). With a
-    namespace filter, findings naming other namespaces only are dropped; cluster-wide findings (coverage) are kept. Ordered by
-    severity, rule, start, key. Findings are few (decisions, not rows): held in memory.
-    """
-    f = Finding
-    start, end = func.coalesce(f.from_ns, f.period_from_ns), func.coalesce(f.to_ns, f.period_to_ns)
-    rows = session.execute(select(f).where(start < scope.to_ns, end > scope.from_ns, _in_clusters(f.cluster, scope))
-                           .order_by(f.evaluated_at, f.id)).scalars()
-    latest: dict[tuple, Finding] = {}
-    for row in rows:
-        if scope.namespaces:
-            named = _namespaces_in(row.subjects)
-            if named and not named & set(scope.namespaces):
-                continue
-        latest[finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, row.bundle_digest)] = row
-    out = []
-    for row in latest.values():
-        out.append({"rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
-                    "cluster": row.cluster, "physical_gpu_uuid": row.physical_gpu_uuid,
-                    "from": ns_to_rfc3339(row.from_ns), "to": ns_to_rfc3339(row.to_ns), "from_ns": row.from_ns,
-                    "to_ns": row.to_ns, "subjects": row.subjects, "evidence": row.evidence,
-                    "bundle_revision": row.bundle_revision, "bundle_digest": row.bundle_digest, "engine": row.engine,
-                    "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key})
-    out.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), d["rule"], d["from_ns"] or 0, d["finding_key"]))
-    return out
 
 
 COVERAGE_COLUMNS = ("cluster", "kind", "state", "started", "ended", "started_ns", "ended_ns", "open", "from_rv",
