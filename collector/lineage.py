@@ -1254,6 +1254,7 @@ def _empty_trace(transaction_id: str) -> dict[str, Any]:
         "claim": {"namespace": None, "name": None, "uid": None, "request": None},
         "device": {"driver": None, "pool": None, "device": None},
         "device_uuid": None, "physical_gpu_uuid": None, "product": None, "mig_profile": None, "co_tenants": [],
+        "conflict": False,
     }
 
 
@@ -1273,7 +1274,9 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
         ``[{"transaction_id", "time" (RFC 3339 UTC), "status", "reason",
         "pod": {namespace, name, uid, node}, "claim": {namespace, name, uid, request},
         "device": {driver, pool, device}, "device_uuid", "physical_gpu_uuid", "product",
-        "mig_profile", "co_tenants": [{namespace, pod, pod_uid, claim}]}]``.
+        "mig_profile", "co_tenants": [{namespace, pod, pod_uid, claim}], "conflict"}]``; ``conflict``
+        is true for a record stored after another with the same id and different content (the
+        ingest flag: the shipper or the application logged two different things under one id).
     """
     out: list[dict[str, Any]] = []
     for txn in transaction_ids:
@@ -1337,7 +1340,7 @@ def _trace_stmt() -> Select:
     """
     cluster = func.coalesce(R.c.cluster, bindparam("cluster", type_=String()))
     rec = (
-        select(R.c.id, R.c.event_time_ns, R.c.cluster, cluster.label("eff_cluster"),
+        select(R.c.id, R.c.event_time_ns, R.c.cluster, R.c.conflict, cluster.label("eff_cluster"),
                R.c.pod_namespace.label("rec_pod_namespace"),
                R.c.pod_name.label("rec_pod_name"), L.c.record_id.label("lineage_id"),
                *[L.c[c] for c in VERDICT_COLUMNS],
@@ -1395,7 +1398,7 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
                   "request": lin.request},
         "device": {"driver": lin.driver, "pool": lin.pool, "device": lin.device},
         "device_uuid": lin.device_uuid, "physical_gpu_uuid": lin.physical_gpu_uuid,
-        "product": lin.product_name, "mig_profile": lin.mig_profile,
+        "product": lin.product_name, "mig_profile": lin.mig_profile, "conflict": bool(rec.conflict),
     })
     if lin is not rec and lin.physical_gpu_uuid is not None:
         doc["co_tenants"] = co_tenants(session, cluster=cluster, physical_gpu_uuid=lin.physical_gpu_uuid,

@@ -129,15 +129,16 @@ class History:
         return {"uid": uid, "episode": episode}
 
     def record(self, txn: str, t: int, *, pod_uid: str | None = None, pod: str | None = None,
-               container: str = "triton", namespace: str = NS, decision: str = "APPROVE") -> int:
-        """A scored transaction as the ingester stores it (event time with ms precision)."""
+               container: str = "triton", namespace: str = NS, decision: str = "APPROVE", conflict: bool = False) -> int:
+        """A scored transaction as the ingester stores it (event time with ms precision); ``conflict``:
+        flagged as the ingester flags an id stored again with different content."""
         key = hashlib.sha256(f"{txn}|{t}|{pod_uid}|{pod}|{container}|{decision}".encode()).hexdigest()
         return self.s.execute(insert(InferenceRecord).values(
             transaction_id=txn, event_time_ns=t, event_time_precision_ns=1_000_000, received_ns=t + 40_000_000,
             cluster=CLUSTER, pod_uid=pod_uid, pod_uid_source="envelope" if pod_uid else None,
             pod_namespace=namespace, pod_name=pod, container_name=container, model_name="fraud-xgb",
             model_version="7", decision=decision, source_format="spring_ecs_nested", envelope="cri",
-            source="/var/log/pods/risk.log", raw_sha256=key, dedup_key=key,
+            source="/var/log/pods/risk.log", raw_sha256=key, dedup_key=key, conflict=conflict,
         ).returning(InferenceRecord.id)).scalar_one()
 
 
@@ -457,14 +458,14 @@ def test_trace_document_and_co_tenants(hist):
     elsewhere, _ = single_gpu_pod(h, "fraud-scorer-1", "gpu-node-a", "gpu-1", T0)
     h.record("txn-7781", T0 + 90 * S + 250_000_000, pod="fraud-scorer-0")
     # the same transaction id shipped twice with different content (a conflict)
-    h.record("txn-7781", T0 + 91 * S, pod="fraud-scorer-0", decision="DECLINE")
+    h.record("txn-7781", T0 + 91 * S, pod="fraud-scorer-0", decision="DECLINE", conflict=True)
     attribute(h.s, cluster=CLUSTER)
 
     docs = trace(h.s, ["txn-7781", "txn-missing"], cluster=CLUSTER)
     assert [d["transaction_id"] for d in docs] == ["txn-7781", "txn-7781", "txn-missing"]
     first = docs[0]
     assert list(first) == ["transaction_id", "time", "status", "reason", "pod", "claim", "device", "device_uuid",
-                           "physical_gpu_uuid", "product", "mig_profile", "co_tenants"]
+                           "physical_gpu_uuid", "product", "mig_profile", "co_tenants", "conflict"]
     assert first == {
         "transaction_id": "txn-7781", "time": "2026-11-29T09:01:30.25Z", "status": "exact", "reason": None,
         "pod": {"namespace": NS, "name": "fraud-scorer-0", "uid": scorer, "node": "gpu-node-a"},
@@ -473,8 +474,9 @@ def test_trace_document_and_co_tenants(hist):
         "device_uuid": "MIG-aaaa0000-1111-5222-8333-444455556666", "physical_gpu_uuid": GPU_A, "product": A100,
         "mig_profile": "3g.40gb",
         "co_tenants": [{"namespace": "genai", "pod": "chatbot-5b6c7d-k2l3m", "pod_uid": other, "claim": "chatbot-mig"}],
+        "conflict": False,
     }
-    assert docs[1]["time"] == "2026-11-29T09:01:31Z" and docs[1]["status"] == "exact"
+    assert docs[1]["time"] == "2026-11-29T09:01:31Z" and docs[1]["status"] == "exact" and docs[1]["conflict"] is True
     assert docs[2]["status"] == "not-found" and docs[2]["physical_gpu_uuid"] is None
     assert elsewhere not in json.dumps(docs)
 

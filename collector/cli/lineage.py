@@ -84,11 +84,14 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
 def _print_trace(doc: dict) -> None:
     pod, claim, device = doc["pod"], doc["claim"], doc["device"]
     status = doc["status"] + (f" ({doc['reason']})" if doc["reason"] else "")
+    if doc.get("conflict"):
+        status += "  [conflict: this id was stored before with different content]"
     lines = [
         ("transaction", doc["transaction_id"]),
         ("time", doc["time"]),
         ("status", status),
-        ("pod", f"{pod['namespace']}/{pod['name']} uid={pod['uid']} node={pod['node']}" if pod["uid"] or pod["name"] else None),
+        ("pod", f"{pod['namespace']}/{pod['name']} uid={pod['uid'] or '-'} node={pod['node'] or '-'}"
+         if pod["uid"] or pod["name"] else None),
         ("claim", f"{claim['namespace']}/{claim['name']} uid={claim['uid']} request={claim['request']}" if claim["uid"] else None),
         ("device", f"{device['driver']}/{device['pool']}/{device['device']}" if device["device"] else None),
         ("device uuid", doc["device_uuid"]),
