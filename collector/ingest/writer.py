@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from collector.ingest.parser import Outcome
 from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord
 from collector.store import ledger
-from collector.store.bulk import pg_copy_insert, pg_insert_staged, pg_stage
+from collector.store.bulk import pg_copy_insert, pg_insert_staged, pg_stage, sqlite_insert_new
 from collector.store.canonical import content_hash
 from collector.store.models import InferenceRecord, Quarantine
 
@@ -89,17 +89,7 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]],
             pg_stage(session, "inference_records", INSERT_COLUMNS, params)
         return pg_insert_staged(session, "inference_records", INSERT_COLUMNS, "draudit_stage_inference_records",
                                 ("dedup_key",), ("id", "dedup_key"))
-    before = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM inference_records").scalar_one()
-    cur = conn.connection.driver_connection.cursor()
-    try:
-        cur.executemany(_SQLITE_INSERT, params)
-        inserted = cur.rowcount
-        out = cur.execute("SELECT id, dedup_key FROM inference_records WHERE id > ? ORDER BY id", (before,)).fetchall()
-    finally:
-        cur.close()
-    if len(out) != inserted:  # another writer inside our transaction: impossible under BEGIN IMMEDIATE
-        raise RuntimeError(f"inference_records: {inserted} rows inserted but {len(out)} found above id {before}")
-    return out
+    return sqlite_insert_new(session, "inference_records", _SQLITE_INSERT, params, ("id", "dedup_key"))
 
 
 def _known_staged(session: Session, stage: str) -> tuple[set[str], set[str]]:

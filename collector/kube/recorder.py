@@ -28,7 +28,7 @@ from collector.kube.discovery import KindSpec
 from collector.kube.projections import apply_versions
 from collector.kube.reflector import KnownObject, ObservedEvent
 from collector.store import ledger
-from collector.store.bulk import pg_copy_insert, pg_next_ids
+from collector.store.bulk import pg_copy_insert, pg_next_ids, sqlite_insert_new
 from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import CoverageInterval, ObjectVersion, Quarantine, WatchState
 from collector.timeutil import dt_to_ns, ns_to_dt, now_ns
@@ -84,25 +84,16 @@ def _sqlite_insert_versions(s: Session, values: list[tuple]) -> list[tuple]:
     JSON text); returns ``(id, uid, resource_version, event_type)`` of the rows inserted (replays
     skipped by ``ON CONFLICT DO NOTHING``).
 
-    One prepared statement through the driver's ``executemany``: SQLAlchemy's dialect-specific
-    ``insert().on_conflict_do_nothing()`` has no cache key, so Core compiled it again for every
-    batch — most of the recorder's CPU under a steady event rate, where batches are small. The
-    writer holds the database (``BEGIN IMMEDIATE``), so the rows above the previous max(id) are
-    exactly the ones inserted.
+    Through ``bulk.sqlite_insert_new``: Core compiled the dialect insert again for every batch,
+    most of the recorder's CPU under a steady event rate, where batches are small.
     """
     conn = s.connection()
     at = _VERSION_COLUMNS.index("observed_at")
     bind_at = ObjectVersion.__table__.c.observed_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
     if bind_at is not None:  # as Core binds it: the same stored text
         values = [(*v[:at], bind_at(v[at]), *v[at + 1:]) for v in values]
-    before = conn.exec_driver_sql("SELECT coalesce(max(id), 0) FROM object_versions").scalar_one()
-    cur = conn.connection.driver_connection.cursor()
-    try:
-        cur.executemany(_SQLITE_INSERT_VERSIONS, values)
-        return cur.execute("SELECT id, uid, resource_version, event_type FROM object_versions WHERE id > ? ORDER BY id",
-                           (before,)).fetchall()
-    finally:
-        cur.close()
+    return sqlite_insert_new(s, "object_versions", _SQLITE_INSERT_VERSIONS, values,
+                             ("id", "uid", "resource_version", "event_type"))
 
 
 @dataclass

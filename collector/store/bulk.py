@@ -56,3 +56,31 @@ def pg_next_ids(session: Session, table: str, count: int) -> list[int]:
     rows can be COPYed with their ids known beforehand. Values drawn and not used leave gaps."""
     return [i for (i,) in session.connection().exec_driver_sql(
         f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, {int(count)})").all()]
+
+
+def sqlite_insert_new(session: Session, table: str, insert_sql: str, rows: Sequence[Sequence[Any]],
+                      returning: Sequence[str]) -> list[tuple]:
+    """SQLite: run ``insert_sql`` (a ``?``-parameter INSERT, typically ``ON CONFLICT DO NOTHING``)
+    for every row through the driver's ``executemany``; returns ``returning`` of the rows it
+    inserted, in id order.
+
+    One prepared statement instead of Core's dialect insert, which has no cache key and is compiled
+    again for every call. The writer holds the database (``BEGIN IMMEDIATE``), so the rows above
+    the previous ``max(id)`` are exactly the ones inserted.
+
+    Raises:
+        RuntimeError: the rows found above that id are not the rows inserted (another writer inside
+            our transaction: impossible under ``BEGIN IMMEDIATE``).
+    """
+    conn = session.connection()
+    before = conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {table}").scalar_one()
+    cur = conn.connection.driver_connection.cursor()
+    try:
+        cur.executemany(insert_sql, rows)
+        inserted = cur.rowcount
+        out = cur.execute(f"SELECT {', '.join(returning)} FROM {table} WHERE id > ? ORDER BY id", (before,)).fetchall()
+    finally:
+        cur.close()
+    if len(out) != inserted:
+        raise RuntimeError(f"{table}: {inserted} rows inserted but {len(out)} found above id {before}")
+    return out
