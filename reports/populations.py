@@ -621,46 +621,47 @@ def _twin_cleanup(raw, dialect: str) -> None:
         raw.execute(f"DROP TABLE IF EXISTS temp.{CO_TENANCY.name}")
 
 
-def _fetch_csv(raw, sql: str, params, out: "TextSink", batch_rows: int,
-               requote: Callable[[list[int]], dict[int, bytes]]) -> int:
+def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
+    """The rows of ``sql`` through a raw DBAPI cursor, in batches of ``batch_rows``."""
     cursor = raw.cursor()
     try:
         cursor.execute(sql, params)
-        count = 0
         while rows := cursor.fetchmany(batch_rows):
-            out.write_bytes(_csv_batch(rows, requote))
-            count += len(rows)
-        return count
+            yield rows
     finally:
         cursor.close()
+
+
+def _json_batch(objects: list[bytes], first: bool) -> bytes:
+    """JSON objects as the next lines of the population's JSON array (comma-separated)."""
+    return (b"\n" if first else b",\n") + b",\n".join(objects)
+
+
+def _fetch_csv(raw, sql: str, params, out: "TextSink", batch_rows: int,
+               requote: Callable[[list[int]], dict[int, bytes]]) -> int:
+    count = 0
+    for rows in _fetched(raw, sql, params, batch_rows):
+        out.write_bytes(_csv_batch(rows, requote))
+        count += len(rows)
+    return count
 
 
 def _fetch_json(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
-    cursor = raw.cursor()
-    try:
-        cursor.execute(sql, params)
-        count = 0
-        while rows := cursor.fetchmany(batch_rows):
-            out.write_bytes((b"\n" if count == 0 else b",\n") + b",\n".join([r[0] for r in rows]))
-            count += len(rows)
-        return count
-    finally:
-        cursor.close()
+    count = 0
+    for rows in _fetched(raw, sql, params, batch_rows):
+        out.write_bytes(_json_batch([r[0] for r in rows], count == 0))
+        count += len(rows)
+    return count
 
 
 def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int,
                 requote: Callable[[list[int]], dict[int, bytes]]) -> int:
-    cursor = raw.cursor()
-    try:
-        cursor.execute(sql, params)
-        count = 0
-        while rows := cursor.fetchmany(batch_rows):
-            csv_out.write_bytes(_csv_batch(rows, requote))
-            json_out.write_bytes((b"\n" if count == 0 else b",\n") + b",\n".join([r[2] for r in rows]))
-            count += len(rows)
-        return count
-    finally:
-        cursor.close()
+    count = 0
+    for rows in _fetched(raw, sql, params, batch_rows):
+        csv_out.write_bytes(_csv_batch(rows, requote))
+        json_out.write_bytes(_json_batch([r[2] for r in rows], count == 0))
+        count += len(rows)
+    return count
 
 
 _PG_IN_TRANSACTION = 2  # libpq PQTRANS_INTRANS: idle inside a transaction block
