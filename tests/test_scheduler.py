@@ -44,6 +44,27 @@ def _wait_for(predicate, timeout_s: float = 20.0) -> bool:
     return False
 
 
+def _store_coverage(sessions, intervals) -> None:
+    """ResourceClaim coverage intervals of prod-eu-1, each ``(state, started h before NOW, ended h
+    before NOW, reason)``, stored and ledgered as the recorder stores them."""
+    rows = [{"cluster": "prod-eu-1", "kind": "ResourceClaim", "state": state, "started_ns": dt_to_ns(NOW - timedelta(hours=h0)),
+             "ended_ns": dt_to_ns(NOW - timedelta(hours=h1)), "from_rv": None, "to_rv": None, "reason": reason}
+            for state, h0, h1, reason in intervals]
+    with sessions.begin() as s:
+        ids = s.execute(insert(CoverageInterval).returning(CoverageInterval.id, sort_by_parameter_order=True), rows).scalars().all()
+        ledger.append(s, "coverage_intervals", [{**r, "id": i} for r, i in zip(rows, ids)])
+
+
+def _run_twice_at_now(settings, sessions, config, job: str) -> list[str]:
+    """Outcomes of running ``job`` twice on a scheduler whose clock reads NOW."""
+    sched = build_scheduler(settings, sessions, config, key=f"t-{job}")
+    sched.context.clock = lambda: NOW
+    try:
+        return [sched.run_now(job), sched.run_now(job)]
+    finally:
+        sched.shutdown()
+
+
 def test_config_from_environment_and_errors():
     cfg = load_schedule_config({"DRAUDIT_SCHEDULE_POLICY": "off", "DRAUDIT_SCHEDULE_ATTRIBUTION": "interval:30",
                                 "DRAUDIT_RETENTION_DAYS_TRANSACTIONS": "400", "DRAUDIT_RETENTION_LEGAL_HOLD": "true"})
@@ -169,20 +190,9 @@ def test_retention_tombstones_every_deleted_row(sessions):
 def test_real_policy_job_evaluates_the_shipped_bundle_and_is_idempotent_on_a_closed_day(sessions, database_url, tmp_path):
     # A watch gap on 11-28 (yesterday for NOW): the shipped bundle reports it. The job must load the
     # bundle into its engine (it once did not, and failed every run); a second run adds nothing.
-    rows = [{"cluster": "prod-eu-1", "kind": "ResourceClaim", "state": state, "started_ns": dt_to_ns(NOW - timedelta(hours=h0)),
-             "ended_ns": dt_to_ns(NOW - timedelta(hours=h1)), "from_rv": None, "to_rv": None, "reason": reason}
-            for state, h0, h1, reason in (("synced", 10, 3, None), ("gap", 3, 2, "410 Gone"), ("synced", 2, 1, None))]
-    with sessions.begin() as s:
-        ids = s.execute(insert(CoverageInterval).returning(CoverageInterval.id, sort_by_parameter_order=True), rows).scalars().all()
-        ledger.append(s, "coverage_intervals", [{**r, "id": i} for r, i in zip(rows, ids)])
+    _store_coverage(sessions, [("synced", 10, 3, None), ("gap", 3, 2, "410 Gone"), ("synced", 2, 1, None)])
     settings = dataclasses.replace(_settings(database_url, tmp_path), policy_bundle=Settings().policy_bundle)  # shipped
-    sched = build_scheduler(settings, sessions, ScheduleConfig(), key="t-policy")
-    sched.context.clock = lambda: NOW
-    try:
-        assert sched.run_now("policy") == "success"
-        assert sched.run_now("policy") == "success"
-    finally:
-        sched.shutdown()
+    assert _run_twice_at_now(settings, sessions, ScheduleConfig(), "policy") == ["success", "success"]
     with sessions() as s:
         runs = s.execute(select(JobRun).where(JobRun.job_id == "policy").order_by(JobRun.id)).scalars().all()
         gaps = s.execute(select(Finding).where(Finding.rule == "coverage/observation-gap",
@@ -194,20 +204,9 @@ def test_real_policy_job_evaluates_the_shipped_bundle_and_is_idempotent_on_a_clo
 
 
 def test_daily_pack_job_renders_missing_days_once(sessions, database_url, tmp_path):
-    with sessions.begin() as s:
-        row = {"cluster": "prod-eu-1", "kind": "ResourceClaim", "state": "synced",
-               "started_ns": dt_to_ns(NOW - timedelta(hours=10)), "ended_ns": dt_to_ns(NOW - timedelta(hours=1)),
-               "from_rv": None, "to_rv": None, "reason": None}
-        cid = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
-        ledger.append(s, "coverage_intervals", [{**row, "id": cid}])
+    _store_coverage(sessions, [("synced", 10, 1, None)])
     settings = _settings(database_url, tmp_path)
-    sched = build_scheduler(settings, sessions, ScheduleConfig(pack_catchup_days=3), key="t-pack")
-    sched.context.clock = lambda: NOW
-    try:
-        assert sched.run_now("daily_pack") == "success"
-        assert sched.run_now("daily_pack") == "success"
-    finally:
-        sched.shutdown()
+    assert _run_twice_at_now(settings, sessions, ScheduleConfig(pack_catchup_days=3), "daily_pack") == ["success", "success"]
     with sessions() as s:
         packs = s.execute(select(EvidencePack).order_by(EvidencePack.period_from_ns)).scalars().all()
         summaries = [r.summary for r in s.execute(select(JobRun).order_by(JobRun.id)).scalars()]
