@@ -28,7 +28,7 @@ from collector.kube.discovery import KindSpec
 from collector.kube.projections import apply_versions
 from collector.kube.reflector import KnownObject, ObservedEvent
 from collector.store import ledger
-from collector.store.bulk import pg_copy_insert, pg_next_ids, sqlite_insert_new
+from collector.store.bulk import core_bind, pg_copy_insert, pg_next_ids, sqlite_insert_new
 from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import CoverageInterval, ObjectVersion, Quarantine, WatchState
 from collector.timeutil import dt_to_ns, ns_to_dt, now_ns
@@ -89,9 +89,8 @@ def _sqlite_insert_versions(s: Session, values: list[tuple]) -> list[tuple]:
     """
     conn = s.connection()
     at = _VERSION_COLUMNS.index("observed_at")
-    bind_at = ObjectVersion.__table__.c.observed_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    if bind_at is not None:  # as Core binds it: the same stored text
-        values = [(*v[:at], bind_at(v[at]), *v[at + 1:]) for v in values]
+    bind_at = core_bind(ObjectVersion.__table__.c.observed_at, conn.dialect)  # the text Core would store
+    values = [(*v[:at], bind_at(v[at]), *v[at + 1:]) for v in values]
     return sqlite_insert_new(s, "object_versions", _SQLITE_INSERT_VERSIONS, values,
                              ("id", "uid", "resource_version", "event_type"))
 

@@ -8,9 +8,22 @@ moved with one ``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING``.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
+from sqlalchemy import Column
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Session
+
+
+def core_bind(column: Column, dialect: Dialect) -> Callable[[Any], Any]:
+    """The function Core applies to a value bound to ``column`` on ``dialect`` (identity if none).
+
+    Rows written at driver level (COPY, ``executemany``) must store the same text Core would: on
+    SQLite a ``DateTime`` is bound as SQLAlchemy's ISO text (``.000000`` for a whole second), not
+    as sqlite3's adaptation, or a later comparison made through Core would miss the row.
+    """
+    process = column.type.dialect_impl(dialect).bind_processor(dialect)
+    return process if process is not None else (lambda value: value)
 
 
 def pg_copy_insert(session: Session, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],

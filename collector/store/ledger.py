@@ -27,6 +27,7 @@ import orjson
 from sqlalchemy import Table, func, select, text
 from sqlalchemy.orm import Session
 
+from collector.store.bulk import core_bind
 from collector.store.canonical import GENESIS_HASH, canonical_json, chain_hash, sha256_hex
 from collector.store.canonical import _default as _canonical_default
 from collector.store.models import Base, LedgerEntry, LedgerHead
@@ -184,9 +185,8 @@ def _write_head(session: Session, seq: int, entry_hash: str, now: datetime) -> N
     if mark is None:
         session.execute(table.update().where(LedgerHead.chain == CHAIN).values(seq=seq, entry_hash=entry_hash, updated_at=now))
         return
-    at_proc = table.c.updated_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)  # as Core binds it
     conn.exec_driver_sql(f"UPDATE ledger_head SET seq = {mark}, entry_hash = {mark}, updated_at = {mark} WHERE chain = {mark}",
-                         (seq, entry_hash, at_proc(now) if at_proc else now, CHAIN))
+                         (seq, entry_hash, core_bind(table.c.updated_at, conn.dialect)(now), CHAIN))
 
 
 def append(session: Session, table_name: str, rows: Sequence[Mapping[str, Any]]) -> Head:
@@ -303,8 +303,7 @@ def _insert_entries(session: Session, batch: list[tuple[int, str, str, str, str,
     dumps = getattr(dialect, "_json_serializer", None) or json.dumps
     # The dialect's own processor, as Core applies it: on SQLite the text SQLAlchemy writes (also
     # ".000000" for a whole second), bound once per batch instead of sqlite3 adapting each row.
-    at_proc = table.c.appended_at.type.dialect_impl(dialect).bind_processor(dialect)
-    at = at_proc(now) if at_proc else now
+    at = core_bind(table.c.appended_at, dialect)(now)
     if dialect.name == "postgresql":
         with conn.connection.driver_connection.cursor() as cur:
             with cur.copy(f"COPY ledger ({', '.join(_ENTRY_COLUMNS)}) FROM STDIN") as copy:
