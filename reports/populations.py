@@ -2,8 +2,22 @@
 
 Each population has stable column names (documented in the methodology section and used by
 auditors' sampling scripts); times are given twice, as RFC 3339 UTC text (``*_at``/``valid_from``)
-and as integer nanoseconds (``*_ns``). Rows are ordered by a total order (ending with a primary
-key) so the same store gives byte-identical files. Populations bounded by claims and devices
+and as integer nanoseconds (``*_ns``). The JSON file is a "split" table, the same rows as the CSV::
+
+    {"columns":["transaction_id","event_time",...],"data":[
+    ["txn-1","2026-11-28T00:00:00.5Z",...],
+    ...
+    ]}
+
+``columns`` is the CSV header, ``data`` one array per CSV record, values in column order as strings,
+integers, booleans, nested JSON (findings' subjects and evidence) or null. It is the layout
+``pandas.read_json(path, orient="split")`` reads; any JSON reader pairs ``columns`` with each row.
+Why not one object per row: the keys repeated on every row were 384 of the ≈ 970 bytes a
+transaction took in the two files, and a pack for millions of transactions is bound by the bytes
+it writes.
+
+Rows are ordered by a total order (ending with a primary key) so the same store gives
+byte-identical files. Populations bounded by claims and devices
 (inventory, allocation episodes, consumers) are read with ``yield_per`` and formatted in Python.
 The transaction lineage, which grows with traffic, is rendered to CSV and JSON text by the database
 (``reports.sqltext``; ``COPY ... TO STDOUT`` on PostgreSQL) and written in batches, the CSV and the
@@ -323,9 +337,10 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
 
     Returns ``(csv, json)`` statements. On PostgreSQL they are for ``COPY ... TO STDOUT``: ``csv``
     selects the fields (COPY's own CSV output quotes them: ``reports.sqltext.copy_csv_value``) and
-    ``json`` selects the JSON object. On SQLite ``csv`` selects the CSV line with no field quoted
-    (``reports.sqltext.csv_plain_line_sql``; lines that fail ``csv_plain_ok`` are re-rendered by
-    ``requoted_csv_lines``) and the record id; ``json`` the JSON object.
+    ``json`` selects the row's JSON array (a ``data`` row of the split table). On SQLite ``csv``
+    selects the CSV line with no field quoted (``reports.sqltext.csv_plain_line_sql``; lines that
+    fail ``csv_plain_ok`` are re-rendered by ``requoted_csv_lines``) and the record id; ``json`` the
+    JSON array.
 
     Raises:
         ValueError: ``dialect`` is neither ``sqlite`` nor ``postgresql``.
@@ -333,7 +348,7 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
     inner = _lineage_text_inner(scope, co_tenancy)
     spec = _lineage_text_spec()
     order = (inner.c.event_time_ns, inner.c.record_id)
-    json_col = literal_column(sqltext.json_object_sql(spec, dialect)).label("json_object")
+    json_col = literal_column(sqltext.json_array_sql(spec, dialect)).label("json_row")
     if dialect == "sqlite":
         plain = literal_column(sqltext.csv_plain_line_sql(spec, dialect)).label("csv_line")
         return (select(plain, inner.c.record_id).select_from(inner).order_by(*order),
@@ -344,11 +359,11 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
 
 
 def _sqlite_both_stmt(scope: Scope, co_tenancy: bool):
-    """SQLite, one pass: (plain CSV line, record id, JSON object) per row, in the population's order."""
+    """SQLite, one pass: (plain CSV line, record id, JSON array) per row, in the population's order."""
     inner = _lineage_text_inner(scope, co_tenancy)
     spec = _lineage_text_spec()
     return (select(literal_column(sqltext.csv_plain_line_sql(spec, "sqlite")), inner.c.record_id,
-                   literal_column(sqltext.json_object_sql(spec, "sqlite")))
+                   literal_column(sqltext.json_array_sql(spec, "sqlite")))
             .select_from(inner).order_by(inner.c.event_time_ns, inner.c.record_id))
 
 
@@ -405,16 +420,17 @@ def _compiled(conn, stmt) -> tuple[str, Any]:
 
 
 # COPY in CSV mode with quote and delimiter characters that JSON text never holds raw (JSON escapes
-# every control character): each row arrives as exactly its JSON object and a line feed.
+# every control character): each row arrives as exactly its JSON array and a line feed.
 _COPY_JSON = "FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01'"
 
 
 def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH,
                   co_tenancy: Sequence[CoTenancy] = ()) -> "WrittenPopulation":
-    """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json``, hashing as it writes.
+    """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json`` (the JSON a
+    split table, as every population), hashing as it writes.
 
     The rows are rendered to text by the database (``lineage_text_stmts``): on PostgreSQL with two
-    ``COPY (SELECT ...) TO STDOUT`` (CSV formatted by the server's COPY; the JSON objects built by
+    ``COPY (SELECT ...) TO STDOUT`` (CSV formatted by the server's COPY; the JSON rows built by
     the server), on SQLite with queries fetched ``batch_rows`` at a time. The CSV is read on the
     session's connection, so it sees the same snapshot as the rest of the pack; the JSON on a second
     connection reading that same snapshot (``_snapshot_twin``), in a thread, so the two files are
@@ -460,7 +476,7 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int,
         return requoted_csv_lines(raw, conn.dialect, scope, co_tenancy, ids)
 
     with TextSink(directory / f"{name}.csv", csv_line(LINEAGE_COLUMNS) + "\n", background=True) as csv_out, \
-            TextSink(directory / f"{name}.json", "[", background=True) as json_out, \
+            TextSink(directory / f"{name}.json", json_split_head(LINEAGE_COLUMNS), background=True) as json_out, \
             _snapshot_twin(conn, co_rows) as twin, _utf8_bytes(raw, twin):
         if twin is not None:
             if dialect == "postgresql":
@@ -484,7 +500,7 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int,
                                              json_out, batch_rows, requote)
         if json_count != count:
             raise RuntimeError(f"transaction lineage: {count} CSV rows but {json_count} JSON rows in one snapshot")
-        json_out.write_bytes(b"\n]\n" if count else b"]\n")
+        json_out.write(json_split_tail(count))
     return WrittenPopulation(name, count, (csv_out.digest(f"data/{name}.csv"), json_out.digest(f"data/{name}.json")))
 
 
@@ -632,9 +648,9 @@ def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
         cursor.close()
 
 
-def _json_batch(objects: list[bytes], first: bool) -> bytes:
-    """JSON objects as the next lines of the population's JSON array (comma-separated)."""
-    return (b"\n" if first else b",\n") + b",\n".join(objects)
+def _json_batch(rows: list[bytes], first: bool) -> bytes:
+    """JSON row arrays as the next lines of the split table's ``data`` (comma-separated)."""
+    return (b"\n" if first else b",\n") + b",\n".join(rows)
 
 
 def _fetch_csv(raw, sql: str, params, out: "TextSink", batch_rows: int,
@@ -717,7 +733,7 @@ def _quoted_line_feeds(chunk: bytes) -> int:
 def _copy_json(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
     count = 0
     for chunk in _copy_chunks(raw, sql, params, _COPY_JSON, batch_rows):
-        rows = chunk.count(b"\n")  # JSON text holds no raw line feed: one per object
+        rows = chunk.count(b"\n")  # JSON text holds no raw line feed: one per row
         out.write_bytes(b"\n" if count == 0 else b",\n")
         out.write_bytes(chunk[:-1].replace(b"\n", b",\n"))
         count += rows
@@ -849,8 +865,8 @@ def _union_ns(spans: Iterable[tuple[int, int]]) -> int:
 # -------------------------------------------------------------------------------- writers
 
 
-# One C-accelerated encoder for whole rows; keys stay in column order. ``reports.sqltext`` renders
-# the same bytes in SQL for the transaction lineage.
+# One C-accelerated encoder for whole rows. ``reports.sqltext`` renders the same bytes in SQL for
+# the transaction lineage.
 JSON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _CSV_SPECIAL = re.compile(r'[,"\n\r]')
 
@@ -960,12 +976,22 @@ class TextSink:
             raise self._error
 
 
+def json_split_head(columns: Sequence[str]) -> str:
+    """The start of a population's JSON file, up to its first row: ``{"columns":[...],"data":[``."""
+    return '{"columns":' + JSON_ENCODER.encode(list(columns)) + ',"data":['
+
+
+def json_split_tail(count: int) -> str:
+    """The end of a population's JSON file after ``count`` rows (each row on its own line)."""
+    return "\n]}\n" if count else "]}\n"
+
+
 class PopulationWriter:
     """Writes one population to ``<dir>/<name>.csv`` and ``<name>.json`` as rows arrive, hashing both.
 
-    CSV: header row, records by ``csv_line``, ``\\n`` line ends. JSON: an array of objects with keys
-    in column order, one object per line. Use as a context manager; ``count`` is the number of rows
-    written and ``result`` (after exit) the ``WrittenPopulation``.
+    CSV: header row, records by ``csv_line``, ``\\n`` line ends. JSON: the split table (module
+    docstring), ``columns`` then one ``data`` array per line. Use as a context manager; ``count`` is
+    the number of rows written and ``result`` (after exit) the ``WrittenPopulation``.
     """
 
     FLUSH_ROWS = 2_000
@@ -976,14 +1002,14 @@ class PopulationWriter:
         self.count = 0
         self.result: WrittenPopulation | None = None
         self._csv = TextSink(directory / f"{name}.csv", csv_line(self.columns) + "\n")
-        self._json = TextSink(directory / f"{name}.json", "[")
+        self._json = TextSink(directory / f"{name}.json", json_split_head(self.columns))
         self._csv_buf: list[str] = []
         self._json_buf: list[str] = []
 
     def write(self, values: Sequence[Any]) -> None:
         """Write one row (values in column order)."""
         self._csv_buf.append(csv_line(values))
-        self._json_buf.append(JSON_ENCODER.encode(dict(zip(self.columns, values))))
+        self._json_buf.append(JSON_ENCODER.encode(list(values)))
         if len(self._csv_buf) >= self.FLUSH_ROWS:
             self._flush()
 
@@ -1001,7 +1027,7 @@ class PopulationWriter:
         try:
             if exc[0] is None:
                 self._flush()
-                self._json.write("\n]\n" if self.count else "]\n")
+                self._json.write(json_split_tail(self.count))
         finally:
             self._csv.__exit__(*exc)
             self._json.__exit__(*exc)

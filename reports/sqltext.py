@@ -1,4 +1,4 @@
-"""SQL expressions that render a population row as its CSV line and its JSON object, inside the database.
+"""SQL expressions that render a population row as its CSV line and its JSON array, inside the database.
 
 Why: a pack for millions of transactions spends its time turning row tuples into text twice (CSV
 and JSON). Done in Python that is microseconds per row; done by the database engine (SQLite's
@@ -10,9 +10,10 @@ The text is the same on both backends and the same as the Python writers in
 
 - CSV (RFC 4180 §2): fields separated by ``,``; a text field is quoted when it contains ``,``,
   ``"``, LF or CR, with ``"`` doubled inside; null and the empty string are an empty field; integers in decimal.
-- JSON: one object per row, keys in column order, no whitespace, strings escaped as Python's
-  ``json.dumps(..., ensure_ascii=False)`` does (``\\" \\\\ \\b \\f \\n \\r \\t``, other control
-  characters ``\\u00xx``, everything else as UTF-8); null as ``null``; integers in decimal.
+- JSON: one array per row (the ``data`` rows of a split table, ``reports.populations``), values in
+  column order, no whitespace, strings escaped as Python's ``json.dumps(..., ensure_ascii=False)``
+  does (``\\" \\\\ \\b \\f \\n \\r \\t``, other control characters ``\\u00xx``, everything else
+  as UTF-8); null as ``null``; integers in decimal.
 - Times ``*_at``/``event_time``: RFC 3339 UTC with the nanoseconds trimmed of trailing zeros
   (``collector.timeutil.ns_to_rfc3339``), for times at or after 1970-01-01.
 
@@ -116,18 +117,16 @@ def csv_plain_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) ->
     return _format_call(",".join(["%s"] * len(columns)), args, dialect)
 
 
-def json_object_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
-    """SQL text of the JSON object (keys = output names, in order, compact) of one row.
+def json_array_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
+    """SQL text of the JSON array (values in column order, compact) of one row: a ``data`` row of the
+    population's split table. The column names are not in it: they are written once, in the file's
+    ``columns`` member.
 
     Args and errors as ``csv_line_sql``.
     """
     _check(columns, dialect)
-    if dialect == "sqlite":  # json_object: compact, keys in argument order, json_quote escaping
-        args = []
-        for name, expr, kind in columns:
-            args += [_sql_string(_json_key(name)[1:-1]), _time_text(expr, dialect) if kind == TIME else expr]
-        return f"json_object({', '.join(args)})"
-    template = "{" + ",".join(f"{_json_key(name)}:%s" for name, _e, _k in columns) + "}"
+    if dialect == "sqlite":  # json_array: compact, json_quote escaping, NULL as null
+        return f"json_array({', '.join(_time_text(e, dialect) if k == TIME else e for _n, e, k in columns)})"
     values = []
     for _name, expr, kind in columns:
         if kind == INT:
@@ -135,13 +134,7 @@ def json_object_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> st
         else:
             text = _time_text(expr, dialect) if kind == TIME else expr
             values.append(f"coalesce(CAST(to_json(CAST({text} AS text)) AS text), 'null')")
-    return _format_call(template, values, dialect)
-
-
-def _json_key(name: str) -> str:
-    if not name.isidentifier() or not name.isascii():
-        raise ValueError(f"column name {name!r} must be an ASCII identifier")
-    return f'"{name}"'
+    return _format_call("[" + ",".join(["%s"] * len(columns)) + "]", values, dialect)
 
 
 def _check(columns: Sequence[tuple[str, str, str]], dialect: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -38,6 +39,7 @@ from collector.timeutil import dt_to_ns
 from reports.manifest import load_private_key, load_public_key, manifest_bytes
 from reports.render import PackRequest, render_pack
 from reports.verify import verify_pack
+from tests.pack_data import records, split_table
 
 CLUSTER = "prod-eu-1"
 DAY = datetime(2026, 11, 28, tzinfo=timezone.utc)
@@ -235,7 +237,7 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
         assert flat("Finding 1 of 2") in flat(text) and flat("Subject: Tenants marketing risk") in flat(text)
         assert flat("Subject: Claims (namespace/name) marketing-ml/recsys-gpu risk-inference/fraud-0-gpu") in flat(text)
         assert flat("episode ids 1") in flat(text)
-    assert json.loads((pack / "data/findings.json").read_text())[0]["subjects"]["claims"][0] == {
+    assert records(pack / "data/findings.json")[0]["subjects"]["claims"][0] == {
         "namespace": "marketing-ml", "name": "recsys-gpu"}
     # the timeline axis of a one-day period: round hours every 3 h, the date above the first tick and above midnight
     svg = html[html.index('<section id="timeline">'):html.index('<section id="sharing">')]
@@ -252,15 +254,15 @@ def test_pack_shows_planted_facts_in_html_pdf_and_data(sessions, tmp_path, bundl
     lineage = (pack / "data/transaction_lineage.csv").read_text().splitlines()
     assert lineage[0].startswith("transaction_id,event_time,event_time_ns,cluster")
     assert [l.split(",")[0] for l in lineage[1:]] == ["txn-0000", "txn-0001", "txn-0002", "txn-0100", "txn-0200"]
-    episodes = json.loads((pack / "data/allocation_episodes.json").read_text())
+    episodes = records(pack / "data/allocation_episodes.json")
     assert {(e["claim_name"], e["tenant"], e["physical_gpu_uuid"]) for e in episodes} == {
         ("fraud-0-gpu", "risk", GPU_A), ("recsys-gpu", "marketing", GPU_A), ("scoring-mig", "risk", GPU_B),
         ("embed-mig", "marketing", GPU_B)}
-    sharing = json.loads((pack / "data/sharing.json").read_text())
+    sharing = records(pack / "data/sharing.json")
     assert [(s["physical_gpu_uuid"], s["from"], s["to"], s["mode"]) for s in sharing] == [
         (GPU_B, "2026-11-28T09:00:00Z", "2026-11-28T12:00:00Z", "MIG-partitioned"),
         (GPU_A, "2026-11-28T03:00:00Z", "2026-11-28T04:00:00Z", "shared device (no hardware partitioning)")]
-    changes = json.loads((pack / "data/changes.json").read_text())
+    changes = records(pack / "data/changes.json")
     assert {"change_type": "driver_version", "subject": GPU_A, "from_value": "550.90.07", "to_value": "560.35.03"}.items() \
         <= next(c for c in changes if c["change_type"] == "driver_version").items()
 
@@ -309,11 +311,45 @@ def test_namespace_scope_filters_claims_and_transactions(sessions, tmp_path, bun
     fill_store(sessions)
     result = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ("marketing-ml",)),
                          tmp_path / "pack", policy_bundle=bundle, pdf=False)
-    episodes = json.loads((result.path / "data/allocation_episodes.json").read_text())
+    episodes = records(result.path / "data/allocation_episodes.json")
     assert sorted(e["claim_name"] for e in episodes) == ["embed-mig", "recsys-gpu"]
     assert result.counts["transaction_lineage"] == 0
-    findings = json.loads((result.path / "data/findings.json").read_text())
+    findings = records(result.path / "data/findings.json")
     assert sorted(f["rule"] for f in findings) == ["coverage.watch_gap", FINDING_RULE]
+
+
+def _as_csv_field_text(value) -> str:
+    """What a JSON value reads as in the CSV (pack methodology): null empty, booleans true/false,
+    numbers in decimal, nested values as compact JSON with sorted keys."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+def test_every_json_population_is_a_split_table_of_the_csv_rows(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    for label, namespaces in (("all", ()), ("marketing", ("marketing-ml",))):  # the second has no transaction
+        result = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), namespaces), tmp_path / label,
+                             policy_bundle=bundle, pdf=False, record=False)
+        data = result.path / "data"
+        names = sorted(p.stem for p in data.glob("*.json"))
+        assert names == sorted(p.stem for p in data.glob("*.csv")) == sorted(result.counts)
+        for name in names:
+            columns, rows = split_table(data / f"{name}.json")
+            with open(data / f"{name}.csv", newline="", encoding="utf-8") as fh:
+                header, *csv_rows = list(csv.reader(fh))
+            assert columns == header, name
+            assert [[_as_csv_field_text(v) for v in row] for row in rows] == csv_rows, name
+            assert len(rows) == result.counts[name], name
+            text = (data / f"{name}.json").read_text(encoding="utf-8")
+            assert text.startswith('{"columns":' + json.dumps(columns, separators=(",", ":")) + ',"data":[')
+            assert text.endswith("\n]}\n" if rows else '"data":[]}\n')  # one row per line, as the CSV
+            assert text.count("\n") == len(rows) + (2 if rows else 1)
+        assert result.counts["transaction_lineage"] == (0 if namespaces else 5)
 
 
 def test_rendering_twice_gives_byte_identical_files(sessions, tmp_path, bundle, key):
@@ -510,7 +546,7 @@ def test_a_stopped_collector_is_not_a_gap_and_nothing_after_it_is_stated_as_fact
     assert (rc["gap_s"], rc["stopped_s"], rc["gaps"]) == (300.0, 4 * 3600.0, 1)
     assert "not ended by one" in coverage_html
     # sharing after 19:00 ends at the last observation, flagged; never "to the period end"
-    sharing = [r for r in json.loads((pack / "data/sharing.json").read_text()) if r["from"] == "2026-11-28T19:00:00Z"]
+    sharing = [r for r in records(pack / "data/sharing.json") if r["from"] == "2026-11-28T19:00:00Z"]
     assert [(r["to"], r["tenants"], r["open_at_last_observation"]) for r in sharing] == [
         ("2026-11-28T20:00:00Z", "marketing;risk", True)]
     assert flat("open at last observation, collector stopped") in flat(re.sub(r"<[^>]+>", " ", html))
@@ -564,7 +600,7 @@ def test_inventory_reads_memory_from_capacity_keeps_uuids_whole_and_rounds_share
         s.execute(update(DeviceState).where(DeviceState.uuid == GPU_A).values(
             memory_bytes=None, capacity={"gpu.nvidia.com/memory": {"value": "80Gi"}}))
     pack = render(sessions, tmp_path / "pack", bundle, record=False).path
-    inventory = json.loads((pack / "data/inventory.json").read_text())
+    inventory = records(pack / "data/inventory.json")
     assert {r["memory_bytes"] for r in inventory if r["device_uuid"] == GPU_A} == {80 * 2**30}
     html = (pack / "index.html").read_text()
     section = html[html.index('<section id="inventory">'):html.index('<section id="timeline">')]
@@ -610,7 +646,7 @@ def test_pack_states_the_tolerances_the_stored_lineage_was_computed_with(session
 def test_lineage_names_the_other_namespaces_on_the_same_gpu_at_the_transaction_time(sessions, tmp_path, bundle):
     fill_store(sessions)
     first = render(sessions, tmp_path / "one", bundle, record=False, pdf=False)
-    lineage = {r["transaction_id"]: r for r in json.loads((first.path / "data/transaction_lineage.json").read_text())}
+    lineage = {r["transaction_id"]: r for r in records(first.path / "data/transaction_lineage.json")}
     # marketing-ml's recsys-gpu held the H100 with risk-inference's fraud-0-gpu from 03:00 to 04:00
     assert lineage["txn-0002"]["co_tenant_namespaces"] == "marketing-ml"  # 03:30
     assert lineage["txn-0000"]["co_tenant_namespaces"] is None  # 02:00: fraud-0-gpu alone

@@ -19,6 +19,7 @@ from collector.store.canonical import content_hash
 from collector.store.models import (AllocationEpisode, AllocationResult, CoverageInterval, Finding,
                                     InferenceRecord)
 from reports.render import PackRequest, render_pack
+from tests.pack_data import records
 from tests.test_report import (CLUSTER, FINDING_RULE, PERIOD_FROM, PERIOD_TO, at, bundle, fill_store, ns,  # noqa: F401
                                stop_collector)
 
@@ -66,7 +67,7 @@ def plant_policy_findings(sessions, cluster: str | None) -> None:
 
 
 def rules_in(pack) -> list[str]:
-    return sorted(f["rule"] for f in json.loads((pack / "data/findings.json").read_text())
+    return sorted(f["rule"] for f in records(pack / "data/findings.json")
                   if f["bundle_digest"] == DIGEST)
 
 
@@ -94,7 +95,7 @@ def test_a_namespace_pack_lists_only_findings_naming_its_namespaces_and_never_ca
     nobody = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ("does-not-exist",)),
                          tmp_path / "nobody", policy_bundle=bundle, pdf=False, record=False)
     assert rules_in(nobody.path) == ["coverage/observation-gap"]
-    assert FINDING_RULE not in {f["rule"] for f in json.loads((nobody.path / "data/findings.json").read_text())}
+    assert FINDING_RULE not in {f["rule"] for f in records(nobody.path / "data/findings.json")}
 
 
 def test_a_cluster_pack_places_findings_stored_without_a_cluster_by_what_they_name(sessions, tmp_path, bundle):

@@ -19,6 +19,14 @@ from collector.timeutil import dt_to_ns, ns_to_rfc3339
 from reports import populations as pop
 from reports import sqltext
 from reports.manifest import digest_bytes
+from tests.pack_data import records
+
+
+def split_table_bytes(data: bytes) -> tuple[list[str], list[list]]:
+    """(columns, rows) of a split-table JSON file's bytes."""
+    doc = json.loads(data)
+    assert list(doc) == ["columns", "data"]
+    return doc["columns"], doc["data"]
 
 DAY_NS = dt_to_ns(datetime(2026, 11, 28, tzinfo=timezone.utc))
 # Values a log line can carry into a transaction: separators, quotes, line ends, control and
@@ -62,8 +70,9 @@ def _reference(sessions, scope) -> tuple[bytes, bytes, int]:
     with sessions() as s:
         rows = list(pop.stream(s, population, scope))
     csv_text = "".join(pop.csv_line(r) + "\n" for r in [pop.LINEAGE_COLUMNS] + rows)
-    objects = [pop.JSON_ENCODER.encode(dict(zip(pop.LINEAGE_COLUMNS, r))) for r in rows]
-    json_text = ("[\n" + ",\n".join(objects) + "\n]\n") if objects else "[]\n"
+    head = '{"columns":' + pop.JSON_ENCODER.encode(list(pop.LINEAGE_COLUMNS)) + ',"data":['
+    arrays = [pop.JSON_ENCODER.encode(r) for r in rows]
+    json_text = head + (("\n" + ",\n".join(arrays) + "\n]}\n") if arrays else "]}\n")
     return csv_text.encode(), json_text.encode(), len(rows)
 
 
@@ -85,8 +94,9 @@ def test_sql_rendered_lineage_equals_python_writers(sessions, tmp_path, batch_ro
 
     # and the text reads back as the stored values
     records = list(csv.reader(io.StringIO(got_csv.decode(), newline="")))
-    objects = json.loads(got_json)
-    assert records[0] == list(pop.LINEAGE_COLUMNS)
+    columns, rows = split_table_bytes(got_json)
+    objects = [dict(zip(columns, row)) for row in rows]
+    assert records[0] == columns == list(pop.LINEAGE_COLUMNS)
     by_txn = {o["transaction_id"]: o for o in objects}
     for k, text in enumerate(NASTY):
         o = by_txn[f"txn-{k:03d}-{text}"]
@@ -107,16 +117,17 @@ def test_empty_period_writes_header_and_empty_array(sessions, tmp_path):
         written = pop.write_lineage(s, scope, tmp_path)
     assert written.count == 0
     assert (tmp_path / "transaction_lineage.csv").read_text() == ",".join(pop.LINEAGE_COLUMNS) + "\n"
-    assert (tmp_path / "transaction_lineage.json").read_text() == "[]\n"
+    assert (tmp_path / "transaction_lineage.json").read_text() == \
+        '{"columns":' + json.dumps(list(pop.LINEAGE_COLUMNS), separators=(",", ":")) + ',"data":[]}\n'
 
 
 def test_sql_text_rejects_unknown_dialect_and_kind():
     with pytest.raises(ValueError, match="mysql"):
         sqltext.csv_line_sql([("a", "t.a", sqltext.TEXT)], "mysql")
     with pytest.raises(ValueError, match="unknown kind"):
-        sqltext.json_object_sql([("a", "t.a", "float")], "sqlite")
-    with pytest.raises(ValueError, match="identifier"):
-        sqltext.json_object_sql([('a"b', "t.a", sqltext.TEXT)], "postgresql")
+        sqltext.json_array_sql([("a", "t.a", "float")], "sqlite")
+    with pytest.raises(ValueError, match="mysql"):
+        sqltext.json_array_sql([("a", "t.a", sqltext.TEXT)], "mysql")
 
 
 def test_csv_field_quotes_rfc4180_specials_only():
@@ -132,7 +143,7 @@ def test_co_tenant_namespaces_in_two_successive_renderings(sessions, tmp_path):
         (tmp_path / run).mkdir()
         with sessions() as s:
             written = pop.write_lineage(s, scope, tmp_path / run, co_tenancy=shared)
-        objects = json.loads((tmp_path / run / "transaction_lineage.json").read_text())
+        objects = records(tmp_path / run / "transaction_lineage.json")
         assert written.count == len(objects)
         co = {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects if o["status"] == "exact"}
         assert co["txn-001"] == "kyc-docs;marketing-ml" and co["txn-011"] is None  # at 1 s and at 11 s
@@ -161,7 +172,8 @@ def test_csv_and_json_are_read_on_two_connections_from_one_snapshot(sessions, tm
     assert parallel == [True]
     got_csv = (tmp_path / "transaction_lineage.csv").read_bytes()
     got_json = (tmp_path / "transaction_lineage.json").read_bytes()
-    objects = json.loads(got_json)
+    columns, rows = split_table_bytes(got_json)
+    objects = [dict(zip(columns, row)) for row in rows]
     assert written.count == len(objects) == n
     assert b"txn-committed-later" not in got_csv + got_json
     assert {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects}["txn-001"] == "kyc-docs"
