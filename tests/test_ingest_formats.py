@@ -92,7 +92,7 @@ def test_gelf_underscore_fields_and_millisecond_epoch():
     assert r[0].source_format == "gelf"
     expected = dict(BUSINESS_193, event_time_ns=1_741_083_300_067_000_000, event_time_precision_ns=1_000_000)
     assert business(r[0]) == expected  # epoch seconds with 3 decimals: exact, never via float
-    assert r[0].attributes["level_name"] == "INFO" and r[0].attributes["host"] == "fraud-api"
+    assert r[0].attributes["log.level"] == "INFO" and r[0].attributes["host"] == "fraud-api"
     assert not any(k.startswith("_") for k in r[0].attributes)
 
 

@@ -11,11 +11,19 @@ A YAML/JSON file replaces the default list of each canonical field it names::
 
     transaction_id: [payment_ref, txn_id]
     mdc_prefixes: [mdc., ctx.]
+
+GELF (``gelf_fields``) is renamed before the lookup: its standard fields and Spring Boot's GELF
+additional fields take the names the other Spring formats use for the same thing (§1.4, §7.1:
+``short_message`` → ``message``, ``_level_name`` → ``log.level``, ``_log_logger`` → ``log.logger``…),
+every other ``_`` field (MDC / key-values) loses its ``_``, and the epoch-seconds ``timestamp``
+keeps its millisecond precision.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
@@ -107,3 +115,81 @@ class AliasTable:
         if not isinstance(doc, dict):
             raise UserError(f"alias file {path}: must be a mapping of field → list of names")
         return cls.from_mapping(doc, origin=f"alias file {path}")
+
+
+# GELF 1.1 standard fields and Spring Boot's GELF additional fields (log-formats.md §1.4; Spring
+# ``GraylogExtendedLogFormatStructuredLogFormatter``) → the attribute names Spring's ECS format gives
+# the same member (§1.2, §7.1), so a GELF record reads like the others. The syslog ``level`` number
+# takes ECS's name for it. ``version``, ``host``, ``full_message`` and ``timestamp`` keep their names.
+GELF_FIELDS: dict[str, str] = {
+    "short_message": "message",
+    "level": "log.syslog.severity.code",
+    "_level_name": "log.level",
+    "_log_logger": "log.logger",
+    "_process_pid": "process.pid",
+    "_process_thread_name": "process.thread.name",
+    "_service_version": "service.version",
+    "_error_type": "error.type",
+    "_error_message": "error.message",
+    "_error_stack_trace": "error.stack_trace",
+}
+# Syslog severity (RFC 5424 §6.2.1) → level name, for GELF lines without ``_level_name``. The
+# inverse of Logback's ``LevelToSyslogSeverity`` (ERROR 3, WARN 4, INFO 6, DEBUG/TRACE 7) and of
+# Log4j2's GELF layout (FATAL 2); emergency/alert → FATAL, notice → INFO.
+SYSLOG_SEVERITY_LEVELS = ("FATAL", "FATAL", "FATAL", "ERROR", "WARN", "INFO", "INFO", "DEBUG")
+_GELF_MAX_EPOCH_S = 10 ** 11  # parse_epoch reads larger numbers as ms; so do we (left unchanged)
+
+
+def gelf_fields(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flattened GELF record with the names the alias table and the other formats use.
+
+    - ``GELF_FIELDS`` renames; ``log.level`` comes from the syslog ``level`` when there is no
+      ``_level_name`` (``SYSLOG_SEVERITY_LEVELS``).
+    - Any other ``_name`` (Spring's MDC / key-values, ``_transaction_id``, ``_traceId``) becomes
+      ``name``, unless ``name`` is taken by a field of the record or a renamed one: an MDC key
+      ``message`` (written ``_message``) stays ``_message`` and never replaces ``short_message``.
+    - ``timestamp``: see ``gelf_timestamp``.
+
+    Returns a new dict; ``flat`` is not changed.
+    """
+    out: dict[str, Any] = {}
+    for name, value in flat.items():
+        target = GELF_FIELDS.get(name)
+        if target is not None:
+            out[target] = value
+        elif name == "timestamp":
+            out[name] = gelf_timestamp(value)
+        elif name[:1] != "_":
+            out[name] = value
+    if "log.level" not in out:
+        severity = out.get("log.syslog.severity.code")
+        if isinstance(severity, int) and not isinstance(severity, bool) and 0 <= severity < len(SYSLOG_SEVERITY_LEVELS):
+            out["log.level"] = SYSLOG_SEVERITY_LEVELS[severity]
+    for name, value in flat.items():
+        if name[:1] == "_" and name not in GELF_FIELDS:
+            bare = name[1:]
+            out[name if not bare or bare in out or bare in flat else bare] = value
+    return out
+
+
+def gelf_timestamp(value: Any) -> Any:
+    """GELF ``timestamp`` → RFC 3339 text (UTC) with at least 3 fraction digits, so its precision is
+    1 ms or finer.
+
+    GELF 1.1 gives epoch seconds "with optional decimal places for milliseconds"; Spring writes
+    exactly 3 (``1749032101.500``), but the JSON number arrives as the float ``1749032101.5``, whose
+    shortest repr shows 1 digit, and would read as 100 ms precision (1 s for ``….000``). The value
+    is taken from the float's shortest repr as a ``Decimal`` (never float arithmetic); more than 3
+    decimals (a µs producer) are kept, up to 9. An integer (no decimals: 1 s precision), a string,
+    and anything out of range are returned unchanged for the timestamp parser to judge.
+    """
+    if not isinstance(value, float) or not 0 < value < _GELF_MAX_EPOCH_S:
+        return value
+    dec = Decimal(repr(value))
+    seconds = int(dec)
+    fraction = dec - seconds
+    exponent = fraction.normalize().as_tuple().exponent if fraction else 0
+    digits = min(9, max(3, -exponent if isinstance(exponent, int) else 3))
+    nanos = int(fraction.scaleb(9))
+    whole = datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{nanos:09d}"[:len(whole) + 1 + digits] + "Z"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from collector.ingest import timestamps
-from collector.ingest.aliases import AliasTable
+from collector.ingest.aliases import AliasTable, gelf_fields
 from collector.ingest.envelopes import Envelope
 from collector.ingest.jsondoc import flatten
 from collector.ingest.pan import NullMasker, PanMasker
@@ -60,20 +60,9 @@ def detect_format(doc: dict[str, Any]) -> str:
 
 
 def prepare(doc: dict[str, Any], fmt: str) -> dict[str, Any]:
-    """Flatten to dotted paths; for GELF strip the leading ``_`` of additional fields.
-
-    A stripped name that collides with a standard GELF field keeps its ``_``.
-    """
+    """Flatten to dotted paths; GELF's names then become the other formats' (``aliases.gelf_fields``)."""
     flat = flatten(doc)
-    if fmt != "gelf":
-        return flat
-    out: dict[str, Any] = {}
-    for k, v in flat.items():
-        if k.startswith("_") and len(k) > 1 and k[1:] not in flat:
-            out[k[1:]] = v
-        else:
-            out[k] = v
-    return out
+    return gelf_fields(flat) if fmt == "gelf" else flat
 
 
 def _scalar_text(value: Any) -> str | None:
