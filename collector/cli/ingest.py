@@ -145,14 +145,40 @@ def _refuse_protobuf(stream, source: str) -> None:
 
 
 def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:
-    """One input: an OTLP/JSON document as a whole, anything else line by line."""
+    """One input: a JSON array element by element, an OTLP/JSON document as a whole, anything
+    else line by line."""
     from collector.ingest.otlp import records_from_json
 
+    if _starts_json_array(stream):
+        _ingest_array(run, stream, source, max_bytes, on_line)
+        return
     document = _otlp_document(stream, max_bytes) if fmt in ("auto", "otlp") else stream
     if isinstance(document, dict):
         run.add(run.parser.feed_otlp_records(records_from_json(document), source))
     elif document is not None:
         run.ingest_stream(document, source, on_line=on_line)
+
+
+_ARRAY_PEEK = 4096
+
+
+def _starts_json_array(stream) -> bool:
+    """True when the input's first non-whitespace byte (after a UTF-8 byte order mark, within the
+    first ``_ARRAY_PEEK`` bytes) is ``[``: one JSON array of records, as Fluent Bit's ``format json``
+    or Vector's ``codec: json`` write it, often pretty-printed over many lines. No log line format
+    starts with ``[`` (a CRI line starts with its time, JSON lines with ``{``)."""
+    head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf")
+    return head.lstrip(b" \t\r\n")[:1] == b"["
+
+
+def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> None:
+    """Every element of the JSON array in ``stream``, read piece by piece (``jsonarray``): positions
+    ``element <i>``, ``read`` counts elements. An element is held to the line limit, or to the body
+    limit ``max_bytes`` when it is an OTLP/JSON export request (``LineParser.feed_bytes``)."""
+    from collector.ingest.jsonarray import JsonArrayElements, feed_elements
+
+    limit = max(run.parser.max_line_bytes, max_bytes)
+    feed_elements(run, JsonArrayElements(stream, limit), source, on_element=on_line)
 
 
 def _otlp_document(stream, max_bytes: int):

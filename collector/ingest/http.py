@@ -24,6 +24,7 @@ else retries, and the retry is deduplicated. Database unavailable → 503 with `
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import logging
 import re
@@ -38,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.ingest.jsonarray import JsonArrayElements, feed_elements
 from collector.ingest.jsondoc import JsonRejected, decode
 from collector.ingest.otlp import export_response, records_from_json, records_from_protobuf
 from collector.ingest.pipeline import IngestRun
@@ -124,35 +126,14 @@ def gunzip_limited(data: bytes, max_bytes: int) -> bytes:
 
 
 def split_json_array(body: bytes) -> tuple[list[bytes], bytes | None]:
-    """Elements of a JSON array as byte slices, found without decoding (iterative, no recursion).
+    """Elements of a JSON array as byte slices, found without decoding (``jsonarray``).
 
     Returns:
         ``(elements, rest)``: ``rest`` holds text after the closing bracket, or the unterminated
         tail, when there is any (quarantined by the caller), else None.
     """
-    start = body.index(b"[")
-    depth = 0
-    elem_start = start + 1
-    elements: list[bytes] = []
-    for m in _ARRAY_TOKEN.finditer(body, start):
-        c = body[m.start()]
-        if c == 0x22:  # a string literal
-            continue
-        if c in (0x5B, 0x7B):  # [ {
-            depth += 1
-        elif c in (0x5D, 0x7D):  # ] }
-            depth -= 1
-            if depth == 0:
-                piece = body[elem_start:m.start()]
-                if piece.strip():
-                    elements.append(piece.strip())
-                rest = body[m.end():].strip()
-                return elements, (rest or None)
-        elif depth == 1:  # a comma between elements
-            elements.append(body[elem_start:m.start()].strip())
-            elem_start = m.end()
-    tail = body[elem_start:].strip()
-    return elements, (tail or b"[unterminated array]")
+    elements = JsonArrayElements(io.BytesIO(body), len(body), chunk_bytes=max(len(body), 1), rest_bytes=None)
+    return [data for data, _total in elements], elements.rest
 
 
 def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
@@ -215,13 +196,12 @@ def _request_id(request: Request) -> str:
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
     """Feed an NDJSON body, a JSON-array body or a JSON-object stream to ``run`` (no commit).
 
-    Units are positioned ``<line>``, ``element <i>`` or ``object <i>``.
+    Units are positioned ``<line>``, ``element <i>`` (``jsonarray.feed_elements``) or ``object <i>``.
     """
     body = body.removeprefix(_UTF8_BOM)
     head = body.lstrip()[:1]
-    if head == b"[":
-        _add_values(run, source, *split_json_array(body), "element",
-                    "unparseable: data after the JSON array or an unterminated array")
+    if head == b"[":  # every element is kept whole: the body limit already bounds them
+        feed_elements(run, JsonArrayElements(io.BytesIO(body), len(body), chunk_bytes=max(len(body), 1)), source)
         return
     stream = _json_stream(body) if head == b"{" else None
     if stream is not None:

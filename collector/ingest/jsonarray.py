@@ -1,0 +1,172 @@
+"""The elements of one JSON array, read from a stream piece by piece: each element is one unit.
+
+Fluent Bit's ``http`` output with ``format json``, Vector's ``http`` sink with ``codec: json`` and
+exporters that save a batch to a file write one JSON array of records, often pretty-printed over
+many lines (``[{…},\n {…}]``). ``POST /v1/ingest`` (``http.py``) and ``draudit ingest FILE``
+(``cli/ingest.py``) both read such an array here, so an element is positioned and quarantined the
+same way in both: ``element <i>`` (1-based).
+
+The array is split without decoding it (the ``LineParser`` decodes each element, with its duplicate
+key and PAN rules): the scanner only tracks string literals (with their escapes) and bracket depth,
+never recurses, and holds one element at a time, so a multi-GB file is never in memory as a whole.
+No JSON library in the project's dependencies streams (the standard ``json`` and ``orjson`` decode
+whole texts), hence this scanner of JSON's structural characters (RFC 8259 §2, §7).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, BinaryIO, Iterator
+
+UTF8_BOM = b"\xef\xbb\xbf"  # a byte order mark some tools write before UTF-8 text; dropped
+CHUNK_BYTES = 1 << 20
+REST_BYTES = 65536  # of the text after the array (or an unterminated tail), kept for quarantine
+
+_STRUCTURAL = re.compile(rb'[\[\]{},"]')
+# The rest of a string literal after its opening quote, up to (not including) the closing quote;
+# stops early at the end of the buffer, also right after a lone backslash (its escaped byte is
+# in the next piece).
+_STRING_BODY = re.compile(rb'[^"\\]*+(?:\\.[^"\\]*+)*+', re.S)
+_WHITESPACE = b" \t\r\n"
+
+
+class NotAnArray(ValueError):
+    """The stream's first non-whitespace byte is not ``[``."""
+
+
+class JsonArrayElements:
+    """Iterate over the elements of the JSON array that ``stream`` holds.
+
+    Yields ``(data, total_bytes)`` per element: its bytes with surrounding whitespace removed, and
+    its full length. An element longer than ``max_element_bytes`` keeps only its first
+    ``max_element_bytes + 1`` bytes (``total_bytes`` says how long it was; ``LineParser.feed_bytes``
+    quarantines it as too long). An empty element (``[1,,2]``, ``[1,]``) yields ``b""``.
+
+    After the iteration, ``rest`` holds the text after the closing bracket, or the unterminated
+    last element (``b"[unterminated array]"`` when the array just stops), stripped, at most
+    ``rest_bytes`` bytes of it (``rest_truncated`` then True); None when there is nothing.
+
+    Raises:
+        NotAnArray: (on the first ``next``) the stream does not start with ``[`` (after an optional
+            UTF-8 byte order mark and whitespace).
+    """
+
+    def __init__(self, stream: BinaryIO, max_element_bytes: int, *, chunk_bytes: int = CHUNK_BYTES,
+                 rest_bytes: int | None = REST_BYTES) -> None:
+        self._stream = stream
+        self._limit = max_element_bytes
+        self._chunk = chunk_bytes
+        self._rest_bytes = rest_bytes
+        self.rest: bytes | None = None
+        self.rest_truncated = False
+
+    def _read(self) -> bytes:
+        return self._stream.read(self._chunk)
+
+    def _opening(self) -> tuple[bytes, int]:
+        """The buffer and the index just after the opening ``[``."""
+        buf = self._read().removeprefix(UTF8_BOM)
+        while True:
+            start = len(buf) - len(buf.lstrip(_WHITESPACE))
+            if start < len(buf):
+                if buf[start] != 0x5B:
+                    raise NotAnArray(f"the input starts with {buf[start:start + 1]!r}, not '['")
+                return buf, start + 1
+            more = self._read()
+            if not more:
+                raise NotAnArray("the input holds only whitespace")
+            buf = more
+
+    def __iter__(self) -> Iterator[tuple[bytes, int]]:
+        buf, pos = self._opening()
+        elem = pos        # where the current element starts in buf
+        depth = 1         # bracket depth; the array itself is 1
+        in_string = False
+        kept: bytes | None = None  # the first bytes of an element longer than the limit
+        dropped = 0       # bytes of that element no longer in buf
+        eof = False
+        any_comma = False
+        while True:
+            if in_string:
+                end = _STRING_BODY.match(buf, pos).end()  # type: ignore[union-attr]  # always matches
+                if end < len(buf) and buf[end] == 0x22:
+                    pos, in_string = end + 1, False
+                    continue
+                pos = end  # the literal goes on in the next piece
+            else:
+                m = _STRUCTURAL.search(buf, pos)
+                if m is not None:
+                    c, pos = buf[m.start()], m.end()
+                    if c == 0x22:  # "
+                        in_string = True
+                    elif c in (0x5B, 0x7B):  # [ {
+                        depth += 1
+                    elif c in (0x5D, 0x7D):  # ] }
+                        depth -= 1
+                        if depth == 0:
+                            if any_comma or buf[elem:m.start()].strip(_WHITESPACE) or kept is not None:
+                                yield self._element(buf[elem:m.start()], kept, dropped)
+                            self._set_rest(buf[pos:], eof)
+                            return
+                    elif depth == 1:  # a comma between elements
+                        any_comma = True
+                        yield self._element(buf[elem:m.start()], kept, dropped)
+                        elem, kept, dropped = pos, None, 0
+                    continue
+                pos = len(buf)
+            if eof:  # the array never closed: its unterminated last element is the rest
+                tail = kept if kept is not None else buf[elem:]
+                self._set_rest(tail if tail.strip(_WHITESPACE) else b"[unterminated array]", True)
+                return
+            if kept is None and len(buf) - elem > self._limit:
+                kept = buf[elem:elem + self._limit + 1].lstrip(_WHITESPACE)
+            if kept is not None:  # keep only what is not scanned yet
+                dropped += pos - elem
+                elem = pos
+            more = self._read()
+            eof = not more
+            buf, pos = buf[elem:] + more, pos - elem
+            elem = 0
+
+    @staticmethod
+    def _element(data: bytes, kept: bytes | None, dropped: int) -> tuple[bytes, int]:
+        if kept is not None:
+            return kept, dropped + len(data)
+        data = data.strip(_WHITESPACE)
+        return data, len(data)
+
+    def _set_rest(self, rest: bytes, eof: bool) -> None:
+        """Store the stripped rest, reading on (bounded) to find out whether there is any."""
+        rest = rest.lstrip(_WHITESPACE)
+        while not eof and len(rest) <= (self._rest_bytes if self._rest_bytes is not None else len(rest)):
+            more = self._read()
+            eof = not more
+            rest = (rest + more).lstrip(_WHITESPACE)
+        if self._rest_bytes is not None and len(rest) > self._rest_bytes:
+            rest, self.rest_truncated = rest[:self._rest_bytes], True
+        rest = rest.rstrip(_WHITESPACE)
+        self.rest = rest or None
+
+
+def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_element: Any = None) -> None:
+    """Parse every element of ``elements`` into ``run`` (an ``IngestRun``; no commit).
+
+    Each element is one unit positioned ``element <i>``, so ``read`` counts elements; an empty
+    element and the text after the array (or its unterminated tail) are quarantined as
+    ``unparseable`` at the position they take.
+    """
+    parser = run.parser
+    n = 0
+    for n, (data, total) in enumerate(elements, start=1):
+        position = f"element {n}"
+        if data:
+            run.add(parser.feed_bytes(data, source, position, total if total != len(data) else None))
+        else:
+            run.add([parser.reject("", "unparseable: empty element in the JSON array (two commas, or a comma "
+                                       "before the closing bracket)", source, position)])
+        if on_element is not None and n % 1024 == 0:
+            on_element()
+    if elements.rest is not None:
+        run.add([parser.reject(elements.rest.decode("utf-8", "replace"),
+                               "unparseable: data after the JSON array or an unterminated array", source,
+                               f"element {n + 1}", truncated=elements.rest_truncated)])

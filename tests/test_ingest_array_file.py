@@ -1,0 +1,135 @@
+"""``draudit ingest FILE`` where FILE is one JSON array of records (Fluent Bit ``format json``,
+Vector ``codec: json``, exporters' batch files), pretty-printed over many lines, plain or gzip: each
+element is one unit (``element <i>``), as in ``POST /v1/ingest``; counts reconcile on both stores.
+Also the piece-by-piece array reader (``collector.ingest.jsonarray``) on its own."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from collector.cli import cli
+from collector.ingest.jsonarray import JsonArrayElements, NotAnArray
+from collector.store.models import InferenceRecord, Quarantine
+
+DATA = Path(__file__).parent / "data" / "logs"
+
+
+def _vector_events() -> list:
+    return [json.loads(line) for line in (DATA / "vector.jsonl").read_text().splitlines()]
+
+
+def _ingest(database_url: str, path: Path) -> dict:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0
+    result = runner.invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _positions(sessions):
+    with sessions() as s:
+        stored = s.execute(select(InferenceRecord.position, InferenceRecord.transaction_id)
+                           .order_by(InferenceRecord.id)).all()
+        quarantined = s.execute(select(Quarantine.position, Quarantine.reason).order_by(Quarantine.id)).all()
+    return [tuple(r) for r in stored], [(p, reason.split(":")[0]) for p, reason in quarantined]
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_pretty_printed_array_file_is_read_element_by_element(tmp_path, database_url, sessions, compress):
+    events = _vector_events()  # T-000193, T-000194, then a start-up line without a transaction id
+    text = json.dumps(events[:2] + ["not an object"] + events[2:], indent=2) + "\n"
+    assert text.count("\n") > 40  # many physical lines per element
+    path = tmp_path / ("batch.json.gz" if compress else "batch.json")
+    path.write_bytes(gzip.compress(text.encode()) if compress else text.encode())
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 4, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 2, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("element 1", "T-000193"), ("element 2", "T-000194")]
+    assert quarantined == [("element 3", "unparseable"), ("element 4", "missing-transaction-id")]
+
+
+def test_array_file_with_trailing_text_and_an_empty_element(tmp_path, database_url, sessions):
+    events = _vector_events()
+    body = ("\ufeff  [\n" + json.dumps(events[0], indent=1) + ",\n ,\n" + json.dumps(events[1]) + "\n]\n"
+            "this line is not part of the array\n")
+    path = tmp_path / "batch.json"
+    path.write_text(body, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (4, 2, 2)
+    stored, quarantined = _positions(sessions)
+    assert [p for p, _txn in stored] == ["element 1", "element 3"]
+    assert quarantined == [("element 2", "unparseable"), ("element 4", "unparseable")]
+
+
+def test_unterminated_array_file_quarantines_its_tail(tmp_path, database_url, sessions):
+    events = _vector_events()
+    path = tmp_path / "cut.json"
+    path.write_text("[" + json.dumps(events[0]) + ",\n" + json.dumps(events[1])[:40], encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (2, 1, 1)
+    assert _positions(sessions)[1] == [("element 2", "unparseable")]
+
+
+# -- the reader ------------------------------------------------------------------------------------
+
+def _read(data: bytes, chunk: int, limit: int = 1 << 20, rest_bytes: int | None = None):
+    elements = JsonArrayElements(io.BytesIO(data), limit, chunk_bytes=chunk, rest_bytes=rest_bytes)
+    return list(elements), elements.rest, elements.rest_truncated
+
+
+def _random_value(rng: random.Random, depth: int = 0):
+    kind = rng.randrange(6 if depth < 3 else 3)
+    if kind == 0:
+        return "".join(rng.choice('ab[]{},:"\\\n\u00e9\u20ac ') for _ in range(rng.randrange(12)))
+    if kind == 1:
+        return rng.randrange(-10**6, 10**6) / 7
+    if kind == 2:
+        return rng.choice([True, False, None])
+    if kind == 3:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {f"k{i}]": _random_value(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
+def test_reader_gives_the_same_elements_whatever_the_piece_size(chunk):
+    rng = random.Random(20261130)
+    for _ in range(40):
+        values = [_random_value(rng) for _ in range(rng.randrange(6))]
+        data = json.dumps(values, indent=rng.choice([None, 1, 4]), ensure_ascii=rng.random() < 0.5).encode()
+        elements, rest, _ = _read(data, chunk)
+        assert [json.loads(e) for e, _total in elements] == values
+        assert all(total == len(e) for e, total in elements) and rest is None
+
+
+def test_reader_brackets_and_escapes_in_strings_across_pieces():
+    data = b' [ {"a":"],[{\\"\\\\"}, [1,2], "x,y\\\\" ] trailing'
+    for chunk in (1, 2, 5, 100):
+        elements, rest, _ = _read(data, chunk)
+        assert [e for e, _ in elements] == [b'{"a":"],[{\\"\\\\"}', b"[1,2]", b'"x,y\\\\"'] and rest == b"trailing"
+
+
+def test_reader_keeps_a_prefix_of_an_oversize_element_and_its_length():
+    big = json.dumps({"txn_id": "T-1", "pad": "x" * 5000}).encode()
+    data = b"[" + big + b",\n" + b'{"b":2}' + b"]"
+    elements, rest, _ = _read(data, chunk=256, limit=1000)
+    (first, first_total), (second, second_total) = elements
+    assert (len(first), first_total) == (1001, len(big)) and first == big[:1001]
+    assert (second, second_total) == (b'{"b":2}', 7) and rest is None
+
+
+def test_reader_empty_array_empty_elements_and_cut_rest():
+    assert _read(b"[ ]", 1) == ([], None, False)
+    assert _read(b"[1,,2,]", 2)[0] == [(b"1", 1), (b"", 0), (b"2", 1), (b"", 0)]
+    assert _read(b"[1", 1)[1] == b"1"
+    assert _read(b"[", 1)[1] == b"[unterminated array]"
+    assert _read(b"[1] " + b"z" * 100, 8, rest_bytes=10)[1:] == (b"z" * 10, True)
+    with pytest.raises(NotAnArray):
+        list(JsonArrayElements(io.BytesIO(b'  {"a":1}'), 100))
