@@ -23,6 +23,7 @@ from collector.ingest import parse_pool
 from collector.ingest.jsondoc import Decoder
 from collector.ingest.parser import LineParser
 from collector.ingest.pipeline import IngestRun
+from collector.ingest.record import PREPARED_COLUMNS
 from collector.settings import Settings
 from collector.store import ledger
 from collector.store.canonical import canonical_json
@@ -519,3 +520,44 @@ def test_a_parallel_run_gives_the_garbage_collector_back_as_it_found_it(tmp_path
         assert frozen > 0 and gc.get_freeze_count() > 0  # not unfrozen by the run (frozen objects may die)
     finally:
         gc.unfreeze()
+
+
+def _fluent_line(log_text: str, app_text: str | None) -> str:
+    """A Fluent Bit record (kubernetes filter, ``Merge_Log_Key app``, ``Keep_Log On``) around ``log_text``,
+    with ``app_text`` (JSON text) as the merged object, or none."""
+    app = f',"app":{app_text}' if app_text is not None else ""
+    return ('{"time":"2025-03-04T10:15:00.1Z","stream":"stdout","_p":"F","log":' + json.dumps(log_text) + app
+            + ',"kubernetes":{"pod_name":"fraud-api-1","namespace_name":"risk","pod_id":'
+            '"0b2f3c8e-6f1a-4d2b-9c1e-2f6b8a7d4e10","container_name":"api","host":"gpu-node-01"}}')
+
+
+MERGED_CASES = [
+    (APP, APP),                                                                     # the same object
+    (APP, APP.replace('"DECLINE"', '"APPROVE"')),                                   # the object differs
+    (APP, APP.replace('"txn_id":"T-1",', '')),                                      # a member missing
+    (APP.replace('12.4', '12.40'), APP.replace('12.4', '12.40')),                   # a number not as orjson writes it
+    (APP.replace('"scored"', '"card 4111 1111 1111 1111"'),) * 2,                   # a PAN in both
+    (APP.replace('12.4', '1.24e+1'),) * 2,                                          # an exponent
+    (APP.replace('12.4', 'NaN'), APP.replace('12.4', 'NaN')),                       # not orjson's: NaN
+    (APP.replace('12.4', 'null'), APP.replace('12.4', 'NaN')),                      # NaN re-encodes as null
+    (APP.replace('"scored"', '"caf\u00e9"'),) * 2,                                  # non-ASCII
+    (APP.replace('"scored"', '"x\\u0000y"'),) * 2,                                  # an escape in the text
+    (APP.replace('"INFO"', '"DEBUG"'), APP),                                        # the log member differs
+]
+
+
+@pytest.mark.parametrize("log_text, app_text", MERGED_CASES)
+def test_a_merged_object_used_in_place_of_decoding_the_log_text_gives_the_same_record(log_text, app_text):
+    """The object Fluent Bit merged from ``log`` replaces decoding ``log`` only when it is exactly
+    what decoding gives: every record, rejection and PAN count is the one decoding ``log`` gives."""
+    with_app, without_app = LineParser(cluster="c"), LineParser(cluster="c")
+    got = with_app.feed_text(_fluent_line(log_text, app_text), "s", "1")
+    want = without_app.feed_text(_fluent_line(log_text, None), "s", "1")
+    assert len(got) == len(want) == 1
+    assert (got[0].reason is None) == (want[0].reason is None)
+    if want[0].record is not None:
+        g, w = got[0].record.prepared().values, want[0].record.prepared().values
+        skip = {"raw_sha256"}  # the lines differ by the app member
+        assert [v for c, v in zip(PREPARED_COLUMNS, g) if c not in skip] == \
+               [v for c, v in zip(PREPARED_COLUMNS, w) if c not in skip]
+    assert with_app.masker.masked == without_app.masker.masked

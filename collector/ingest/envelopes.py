@@ -70,6 +70,10 @@ class Envelope:
     container_id: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # The object the shipper already decoded from a text ``payload`` (Fluent Bit ``Merge_Log_Key``
+    # with ``Keep_Log On`` carries both); the parser uses it instead of decoding the text again
+    # only when it re-encodes to exactly that text (``LineParser._same_as_merged``).
+    merged: dict[str, Any] | None = None
 
     def fill_from_path(self, path: str | None) -> None:
         """Fill missing pod identity from a kubelet log path (``/var/log/pods`` carries the UID)."""
@@ -208,6 +212,7 @@ def fluent(doc: dict[str, Any], kind: str, dups: dict[str, list[Any]], app_keys:
         env.extras["_reconcile_log"] = (raw, merged_log_obj)  # checked by the caller after parsing raw
     if raw is not None and (raw.startswith("{") or raw.lstrip().startswith("{")):
         env.payload = raw
+        env.merged = next((doc[k] for k in _MERGE_LOG_KEY_GUESSES if isinstance(doc.get(k), dict)), None)
         return env
     merge_key = next((k for k in _MERGE_LOG_KEY_GUESSES if isinstance(doc.get(k), dict)), None)
     if merge_key is None:

@@ -70,6 +70,7 @@ class Decoded:
     value: Any
     conflicts: list[tuple[str, Any, Any]] = field(default_factory=list)
     top_conflicts: dict[str, list[Any]] = field(default_factory=dict)
+    by_orjson: bool = False  # decoded by orjson (``Decoder.decode``'s fast path): no NaN, no integer beyond 64 bits
 
 
 class _DupDict(dict):
@@ -131,8 +132,9 @@ class Decoder:
             self._exponent = True
         return float(text)
 
-    def decode(self, text: str) -> Decoded:
-        """Decode one JSON text.
+    def decode(self, text: str, *, unicode_escapes: bool = True) -> Decoded:
+        """Decode one JSON text (``unicode_escapes`` False: the caller knows ``text`` holds no ``\\u``,
+        which spares a scan of it).
 
         orjson decodes first; its value is used only when it is provably what the standard
         decoder with the duplicate-key hook returns; otherwise the standard decoder runs:
@@ -155,18 +157,19 @@ class Decoder:
         """
         if nesting_depth(text, self.max_depth) > self.max_depth:
             raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels")
-        if "\\u003a" not in text and "\\u003A" not in text:
+        if not unicode_escapes or ("\\u003a" not in text and "\\u003A" not in text):
             try:
                 value = orjson.loads(text)
             except orjson.JSONDecodeError:
                 pass  # the standard decoder gives the verdict (and the error position)
             else:
                 encoded = orjson.dumps(value)
-                if text.count(":") == encoded.count(b":") and b"e+" not in encoded:
+                # "+" first: one memchr pass; "e+" alone is a slow two-byte search ("e" is common).
+                if text.count(":") == encoded.count(b":") and not (b"+" in encoded and b"e+" in encoded):
                     if len(encoded) != len(text) or encoded != text.encode("utf-8"):
                         # Identical re-encoding: every number is spelled in the text as decoded.
                         self._unchecked.append(encoded)
-                    return Decoded(value)
+                    return Decoded(value, by_orjson=True)
         return self._decode_slow(text)
 
     def _decode_slow(self, text: str) -> Decoded:

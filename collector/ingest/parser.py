@@ -27,6 +27,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import orjson
+
 from collector.ingest import envelopes
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
@@ -258,7 +260,7 @@ class LineParser:
         if not body.startswith("{"):
             raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
         special = "\x00" in body or "\\u" in body  # one scan decides whether the slow sanitising checks run
-        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body)
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special)
         doc = decoded.value
         if not isinstance(doc, dict):
             raise Rejected("unparseable: JSON value is not an object")
@@ -291,6 +293,8 @@ class LineParser:
             if decoded.conflicts:
                 raise Rejected(self._dup_reason(decoded.conflicts))
             return [self._payload(Envelope("none", payload=doc), line, source, position)]
+        if special or not decoded.by_orjson:
+            env.merged = None  # only orjson's values re-encode to the text they came from (no NaN, no big integer)
         conflicts = decoded.conflicts
         if "_reconcile_log" in env.extras:
             conflicts = [c for c in conflicts if c[0] != "log"]  # checked once the raw line is parsed
@@ -350,24 +354,40 @@ class LineParser:
                                     pending.position)]
         return [self._payload(env, raw, source, position)]
 
-    def _decode_payload(self, text: str) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
+    def _decode_payload(self, text: str, merged: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
         body = _strip(text)
         if body.startswith("\ufeff"):  # the application wrote a byte order mark first
             body = body[1:].lstrip()
         if not body.startswith("{"):
             raise Rejected("unparseable: the application line is plain text, not JSON")
         special = "\x00" in body or "\\u" in body
-        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body)
+        if merged is not None and not special and self._same_as_merged(body, merged):
+            return merged, []
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special)
         if not isinstance(decoded.value, dict):
             raise Rejected("unparseable: the application line is not a JSON object")
         return (self._maybe_sanitise(body, decoded.value) if special else decoded.value), decoded.conflicts
+
+    @staticmethod
+    def _same_as_merged(body: str, merged: dict[str, Any]) -> bool:
+        """True when decoding ``body`` gives ``merged`` (an orjson-decoded object of the same line,
+        ``Envelope.merged``), and exactly as ``Decoder.decode`` would take it: ``body`` is orjson's
+        encoding of ``merged`` byte for byte, and orjson decodes its own encoding to an equal value
+        (same keys in the same order, no key twice, every number spelled as decoded); it holds no
+        ``\\u`` escape (the caller checked) and no ``e+`` (which sends ``Decoder.decode`` to the
+        standard decoder); its nesting is that of a member of the line, within the limit."""
+        try:
+            encoded = orjson.dumps(merged)
+        except orjson.JSONEncodeError:
+            return False
+        return not (b"+" in encoded and b"e+" in encoded) and encoded == body.encode("utf-8", "surrogatepass")
 
     def _payload(self, env: Envelope, raw: str, source: str, position: str | None) -> Outcome:
         payload = env.payload
         if payload is None:
             raise Rejected(f"missing-payload: the {env.kind} record carries no application line")
         if isinstance(payload, str):
-            doc, conflicts = self._decode_payload(payload)
+            doc, conflicts = self._decode_payload(payload, env.merged)
             if conflicts:
                 raise Rejected(self._dup_reason(conflicts))
             reconcile = env.extras.pop("_reconcile_log", None)
