@@ -15,7 +15,11 @@ from collector.errors import UserError
 
 DEFAULT_DATABASE_URL = "sqlite:///./draudit.db"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_POLICY_BUNDLE = PACKAGE_ROOT / "policies"
+# The shipped Rego bundle. It lives in ``policies/`` at the repository root (the product's layout);
+# ``collector/policy/default_bundle`` is a symbolic link to it, so the wheel carries its files as
+# package data of ``collector.policy.default_bundle`` (setuptools follows the link) and an installed
+# draudit finds them next to its code. In the source tree this resolves to ``policies/`` itself.
+DEFAULT_POLICY_BUNDLE = (Path(__file__).resolve().parent / "policy" / "default_bundle").resolve()
 
 # Environment variable → Settings field. The compose file and the deploy manifests may only use
 # names listed here (a test checks that).
