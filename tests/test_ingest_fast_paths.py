@@ -21,6 +21,7 @@ from sqlalchemy import select
 
 from collector.ingest import parse_pool
 from collector.ingest.jsondoc import Decoder
+from collector.ingest.pan import mask_text
 from collector.ingest.parser import LineParser
 from collector.ingest.pipeline import IngestRun
 from collector.ingest.record import PREPARED_COLUMNS
@@ -526,7 +527,8 @@ def _fluent_line(log_text: str, app_text: str | None) -> str:
     """A Fluent Bit record (kubernetes filter, ``Merge_Log_Key app``, ``Keep_Log On``) around ``log_text``,
     with ``app_text`` (JSON text) as the merged object, or none."""
     app = f',"app":{app_text}' if app_text is not None else ""
-    return ('{"time":"2025-03-04T10:15:00.1Z","stream":"stdout","_p":"F","log":' + json.dumps(log_text) + app
+    return ('{"time":"2025-03-04T10:15:00.1Z","stream":"stdout","_p":"F","log":'
+            + json.dumps(log_text, ensure_ascii=False) + app
             + ',"kubernetes":{"pod_name":"fraud-api-1","namespace_name":"risk","pod_id":'
             '"0b2f3c8e-6f1a-4d2b-9c1e-2f6b8a7d4e10","container_name":"api","host":"gpu-node-01"}}')
 
@@ -561,3 +563,19 @@ def test_a_merged_object_used_in_place_of_decoding_the_log_text_gives_the_same_r
         assert [v for c, v in zip(PREPARED_COLUMNS, g) if c not in skip] == \
                [v for c, v in zip(PREPARED_COLUMNS, w) if c not in skip]
     assert with_app.masker.masked == without_app.masker.masked
+
+
+@pytest.mark.parametrize("digits", ["0123456789", "٠١٢٣٤٥٦٧٨٩", "۰۱۲۳۴۵۶۷۸۹", "०१२३४५६७८९", "０１２３４５６７８９"])
+def test_the_line_pre_filter_passes_a_line_whose_non_ascii_digits_masking_takes_for_a_pan(digits):
+    """Masking's digit runs are any Unicode decimal digits (Arabic-Indic, Devanagari…, not only
+    full-width): a line holding such a run that masking masks is never let through unmasked."""
+    from collector.ingest.pan import may_contain_pan
+
+    runs = ["".join(digits[int(c)] for c in f"{n:016d}") for n in range(4111111111111111, 4111111111111411)]
+    masked = [run for run in runs if mask_text(f"card {run}")[1]]
+    assert masked, "some 16-digit run of these digits is masked"
+    run = masked[0]
+    line = _fluent_line(APP.replace('"scored"', f'"card {run}"'), None)
+    assert "\\u" not in line and may_contain_pan(line, unicode_escapes=False)
+    got = LineParser(cluster="c").feed_text(line, "s", "1")[0].record
+    assert run not in got.attributes["message"] and got.attributes["message"] == mask_text(f"card {run}")[0]

@@ -98,22 +98,27 @@ _SEP_BYTES = b" -\t\n\r/_\\" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u20
 _SEP_AND_ESCAPE_BYTES = _SEP_BYTES + b"ntr"  # the escapes \n \t \r \/ lose both bytes
 
 
-def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
+def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escapes: bool = True) -> bool:
     """False when no field decoded from ``text`` (a raw JSON line) can hold a PAN.
 
     Conservative: a text with no 13 digits in a row (ignoring every separator and its escape) and no
     ``\\u`` escape cannot decode into a string or integer that has a PAN-like digit run. A JSON
     number in exponent form (``4.1111e15``) can; the decoder reports those
-    (``exponent_numbers``). Lets the parser skip per-field masking for almost every line.
+    (``exponent_numbers``). ``unicode_escapes`` False: the caller knows ``text`` holds no ``\\u``
+    (a scan spared). Lets the parser skip per-field masking for almost every line.
     """
-    if exponent_numbers or "\\u" in text:
+    if exponent_numbers or (unicode_escapes and "\\u" in text):
         return True
-    if not text.isascii() and _FULLWIDTH_DIGIT.search(text):
+    ascii_text = text.isascii()
+    if not ascii_text and _NON_ASCII_DIGIT.search(text):  # full-width, and every other digit ``\d`` matches
         return True
-    ones = text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES)
-    if _DOTTED_GROUPS in ones and _DOTTED.search(text):  # _DOTTED needs three dotted 4-digit groups
+    data = text.encode("utf-8", "surrogatepass")
+    # Digits become "1" and every separator byte goes, in one C pass (``_has_digit_run``).
+    ones = data.translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES if b"\\" in data else _SEP_BYTES)
+    # _DOTTED needs three dotted 4-digit groups: deleting separators keeps them (digits and dots stay).
+    if _DOTTED_GROUPS in ones and _DOTTED.search(text):
         return True
-    if not _has_digit_run(ones):
+    if _THIRTEEN_ONES not in ones:
         return False
     # Second look without the identifiers that make most false alarms, pod UIDs and hex ids
     # (container, trace ids): ``mask_text`` looks only at the part of a run outside a UUID, and
@@ -122,7 +127,11 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
     # extend neither a run nor a token (not a word character, separator, separator escape or
     # ``%``), holds only runs that ``_hex_token_sides`` cuts off whole. The raw text shows a field's identifiers as decoded
     # unless an escape turns into a hex letter (\b, \f).
-    if "\\b" in text or "\\f" in text or _TRACK2_HINT.search(text):  # track 2 is masked inside hex ids too
+    if _HEX_LETTER_ESCAPE.search(text):
+        return True
+    # Track 2 is masked inside hex ids too. Its 13 digits before the separator are 13 ASCII digits
+    # in a row in an ASCII text (``_TRACK2_HINT``'s \d is any Unicode digit: other texts are searched).
+    if (not ascii_text or _THIRTEEN_ONES in data.translate(_DIGITS_TO_ONES)) and _TRACK2_HINT.search(text):
         return True
     # Cheap look first: only the identifiers that are whole JSON strings (pod UIDs, container,
     # trace and span ids as shippers and loggers write them), found by a pattern that starts with
@@ -134,6 +143,12 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False) -> bool:
         return False
     blanked = _UUID_OR_HEX_TOKEN.sub(_blank_identifier, text)
     return _has_digit_run(blanked.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES))
+
+
+# A decimal digit other than 0-9 (full-width, Arabic-Indic, Devanagari…): ``_CANDIDATE``'s \d matches them
+# all, so a text holding one is masked field by field (the digit-run test below sees only ASCII digits).
+_NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
+_HEX_LETTER_ESCAPE = re.compile(r"\\[bf]")  # JSON escapes \b and \f: a hex letter in the raw text, not in the value
 
 
 def _has_digit_run(ones: bytes) -> bool:

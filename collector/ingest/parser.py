@@ -135,6 +135,7 @@ class LineParser:
         self._partials: dict[tuple[Any, ...], _Partial] = {}
         self._last_source, self._last_source_pan = "", False
         self._decoder = Decoder(max_depth)
+        self._line_without_escapes: str | None = None  # the line being parsed, once known to hold no \u or NUL
         names = self.aliases.names
         self._app_keys = frozenset(names["transaction_id"] + names["event_time"])
 
@@ -249,6 +250,7 @@ class LineParser:
     # -- one line ----------------------------------------------------------------------------------
 
     def _line(self, line: str, source: str, position: str | None) -> list[Outcome]:
+        self._line_without_escapes = None
         forced = self.forced
         if forced in (None, "cri"):
             m = CRI_LINE.match(line) if line[:1].isdigit() or forced == "cri" else None  # CRI lines start with a digit
@@ -260,6 +262,8 @@ class LineParser:
         if not body.startswith("{"):
             raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
         special = "\x00" in body or "\\u" in body  # one scan decides whether the slow sanitising checks run
+        if not special:
+            self._line_without_escapes = line  # the PAN pre-filter need not look for \u in it again
         decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special)
         doc = decoded.value
         if not isinstance(doc, dict):
@@ -402,7 +406,8 @@ class LineParser:
             raise Rejected(f"unparseable: the {env.kind} application field is a {type(payload).__name__}")
         fmt = self.forced if self.forced in PAYLOAD_FORMATS else detect_format(doc)
         flat = prepare(doc, fmt)
-        if may_contain_pan(raw) or self._decoder.saw_exponent or self._source_may_contain_pan(source):
+        if may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) or self._decoder.saw_exponent \
+                or self._source_may_contain_pan(source):
             masker, raw_sha256 = self.masker, _sha256_masked(raw)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)
