@@ -36,6 +36,7 @@ from sqlalchemy import (
     Text,
     Unicode,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -463,14 +464,22 @@ class Lineage(Base):
     settings ``settings_id`` names (``attribution_settings``); ``draudit ledger verify`` recomputes
     every row with them and reports the first difference.
 
-    ``record_id`` is ``inference_records.id`` without a foreign key and without secondary indexes:
-    every reader reaches a row through its record (primary key), and a foreign-key check per row
-    was half the cost of writing a million rows on PostgreSQL (bench/lineage_bench.py). The one
+    ``record_id`` is ``inference_records.id`` without a foreign key, and the only secondary index is
+    the small partial ``ix_lineage_not_exact``: every reader reaches a row through its record
+    (primary key), and a foreign-key check per row was half the cost of writing a million rows on
+    PostgreSQL (bench/lineage_bench.py). The one
     deleter of inference records, retention (``collector.scheduler.apply_retention``), deletes
     their lineage rows in the same transaction.
     """
 
     __tablename__ = "lineage"
+
+    __table_args__ = (
+        # The non-exact rows only (a few in a thousand): attribution counts what it wrote per status on
+        # SQLite through it instead of reading back every row (collector.lineage, _Run.insert_counted).
+        Index("ix_lineage_not_exact", "record_id", sqlite_where=text("status <> 'exact'"),
+              postgresql_where=text("status <> 'exact'")),
+    )
 
     record_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
     status: Mapped[str] = mapped_column(String(16))
