@@ -275,7 +275,9 @@ def test_trace_is_one_statement_with_the_co_tenants_of_the_co_tenants_query(hist
         docs = {d["transaction_id"]: d for d in trace(h.s, [*times, "txn-other"], cluster=CLUSTER)}
     finally:
         event.remove(engine, "before_cursor_execute", listener)
-    assert len(statements) == 4  # one per id
+    # one per id; on PostgreSQL also the SET LOCAL plan_cache_mode, once per transaction
+    assert len([q for q in statements if not q.startswith("SET LOCAL plan_cache_mode")]) == 4
+    assert len(statements) == (5 if engine.dialect.name == "postgresql" else 4)
 
     assert [c["pod_uid"] for c in docs["txn-mid"]["co_tenants"]] == [chatbot]
     assert [(c["namespace"], c["pod"], c["claim"]) for c in docs["txn-late"]["co_tenants"]] == [
@@ -287,3 +289,34 @@ def test_trace_is_one_statement_with_the_co_tenants_of_the_co_tenants_query(hist
         assert docs[txn]["physical_gpu_uuid"] == GPU_A
         assert docs[txn]["co_tenants"] == co_tenants(h.s, cluster=CLUSTER, physical_gpu_uuid=GPU_A, t_ns=t,
                                                      exclude_pod_uid=scorer)
+
+
+def test_trace_allows_generic_plans_for_its_transaction_only(sessions, backend):
+    """PostgreSQL: trace runs with plan_cache_mode = auto until the caller's transaction ends (once per
+    transaction); the connection's next transaction plans per parameters again, as ingest's duplicate
+    lookups need (collector.store.db). SQLite has no such setting: nothing is sent."""
+    def mode(s) -> str | None:
+        return s.execute(text("SHOW plan_cache_mode")).scalar() if backend == "postgresql" else None
+
+    statements = []
+    with sessions() as s:
+        engine = s.get_bind()
+        listener = lambda *args: statements.append(args[2])  # noqa: E731 - (conn, cursor, statement, ...)
+        event.listen(engine, "before_cursor_execute", listener)
+        try:
+            before = mode(s)
+            trace(s, ["txn-none"])
+            trace(s, ["txn-none-either"])
+            during = mode(s)
+        finally:
+            event.remove(engine, "before_cursor_execute", listener)
+        s.rollback()
+        after = mode(s)
+        trace(s, ["txn-none"])
+        again = mode(s)
+    sets = [q for q in statements if q.startswith("SET LOCAL plan_cache_mode")]
+    if backend == "postgresql":
+        assert (before, during, after, again) == ("force_custom_plan", "auto", "force_custom_plan", "auto")
+        assert len(sets) == 1
+    else:
+        assert sets == []
