@@ -166,13 +166,26 @@ CONTROLS: list[dict[str, Any]] = [
 class PackFacts:
     """What the control statuses are computed from: signed or not, population row counts, the
     lowest synced share of the period over the (cluster, kind) coverage rows (None: no coverage row),
-    and the number of policy bundles whose evaluation of the period produced the pack's findings
-    (an evaluation is recorded only through its findings)."""
+    the number of policy bundles whose evaluation of the period produced the pack's findings
+    (an evaluation is recorded only through its findings), and whether any (cluster, kind) was
+    synced at some time in the period (``observed``).
+
+    ``observed`` None (the caller did not say) is read from ``lowest_synced``: observed when the
+    lowest share is above 0. That can only under-state it (a pack over two clusters, one of which
+    was never watched in the period, reads as not observed), never claim observation that was not.
+    """
 
     signed: bool
     counts: dict[str, int]
     lowest_synced: tuple[float, str, str] | None  # (synced fraction, cluster, kind)
     bundles: int = 0
+    observed: bool | None = None
+
+    def observed_in_period(self) -> bool:
+        """Whether the watcher synced anything in the period (see the class docstring)."""
+        if self.observed is not None:
+            return self.observed
+        return self.lowest_synced is not None and self.lowest_synced[0] > 0
 
 
 def _unmet(need: str, facts: PackFacts) -> str | None:
@@ -189,6 +202,9 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
         if facts.lowest_synced is None:
             return "no observation coverage recorded in the period"
         share, cluster, kind = facts.lowest_synced
+        if share <= 0:
+            return (f"observation coverage is missing: {kind} in {cluster} was not synced at any time in the period "
+                    "(section 2)")
         return None if share >= 1 else (f"observation coverage is partial: {kind} in {cluster} synced for "
                                         f"{share * 100:.1f} % of the period (section 2)")
     if facts.counts.get(need, 0) > 0:
@@ -200,16 +216,21 @@ def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list
     """(status, reasons) of one control for this pack.
 
     The control's ``status`` is the ceiling. Every unmet need is a reason and lowers ``evidenced``
-    to ``partially evidenced``; when the control's evidence is missing altogether (every population
-    it needs is empty, or there is no coverage record) it is ``not evidenced``.
+    to ``partially evidenced``; when the control's evidence is missing altogether it is ``not
+    evidenced``: every population it needs is empty, or there is no coverage record, or it rests on
+    observation (needs complete coverage) and nothing was observed in the period (0 % synced: the
+    collector did not run, or never synced, in it) — rows carried from before the period are then
+    not evidence of it.
     """
     if control["status"] == NOT:
         return NOT, []
-    reasons = [r for r in (_unmet(n, facts) for n in control["needs"]) if r]
-    populations = [n for n in control["needs"] if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE,
-                                                            POLICY_EVALUATED)]
+    needs = control["needs"]
+    reasons = [r for r in (_unmet(n, facts) for n in needs) if r]
+    populations = [n for n in needs if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE, POLICY_EVALUATED)]
     empty = populations and all(_unmet(n, facts) for n in populations)
-    if empty or (COVERAGE_RECORDED in control["needs"] and facts.lowest_synced is None):
+    unrecorded = COVERAGE_RECORDED in needs and facts.lowest_synced is None
+    unobserved = COVERAGE_COMPLETE in needs and not facts.observed_in_period()
+    if empty or unrecorded or unobserved:
         return NOT, reasons
     return (PARTIAL if reasons else control["status"]), reasons
 
