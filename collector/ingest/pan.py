@@ -129,9 +129,8 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escape
     # unless an escape turns into a hex letter (\b, \f).
     if _HEX_LETTER_ESCAPE.search(text):
         return True
-    # Track 2 is masked inside hex ids too. Its 13 digits before the separator are 13 ASCII digits
-    # in a row in an ASCII text (``_TRACK2_HINT``'s \d is any Unicode digit: other texts are searched).
-    if (not ascii_text or _THIRTEEN_ONES in data.translate(_DIGITS_TO_ONES)) and _TRACK2_HINT.search(text):
+    # Track 2 is masked inside hex ids too.
+    if _may_hold_track2(text) and _TRACK2_HINT.search(text):
         return True
     # Cheap look first: only the identifiers that are whole JSON strings (pod UIDs, container,
     # trace and span ids as shippers and loggers write them), found by a pattern that starts with
@@ -280,6 +279,13 @@ _TRACK2 = re.compile(r"(?<!\d)(\d{%d,%d})([Dd=])(\d{4})([125679]\d\d\d*)" % (PAN
 # What every track 2 candidate contains (``may_contain_pan``); written to start with the separator,
 # which the regex engine skips to (4 times faster than trying 13 digits at every position).
 _TRACK2_HINT = re.compile(r"[Dd=](?<=\d{%d}[Dd=])\d{7}" % PAN_MIN_DIGITS)
+
+
+def _may_hold_track2(text: str) -> bool:
+    """False when ``_TRACK2_HINT`` cannot match: in an ASCII text its 13 digits before the separator
+    are 13 ASCII digits in a row (one C pass instead of the search; its \\d is any Unicode digit,
+    so other texts are searched)."""
+    return not text.isascii() or _THIRTEEN_ONES in text.encode("ascii").translate(_DIGITS_TO_ONES)
 
 
 def _track2_pan(digits: str) -> bool:
@@ -451,7 +457,34 @@ WINDOWED_FROM_CHARS = 256
 _WINDOW = re.compile(rf"[\d{_SEP_CHARS}\\0-9A-Fa-fnrtu]{{{PAN_MIN_DIGITS},}}")
 # The same runs in an ASCII text, found in C: its window characters become "w", the others ".".
 _WINDOW_ASCII = bytes((0x77 if _WINDOW.fullmatch(chr(b) * PAN_MIN_DIGITS) else 0x2E) for b in range(256))
-_WINDOW_RUN = re.compile(rb"w{%d,}" % PAN_MIN_DIGITS)
+_WINDOW_MARKS = b"w" * PAN_MIN_DIGITS
+
+
+def _ascii_windows(text: str) -> list[tuple[int, int]]:
+    """The maximal runs of at least ``PAN_MIN_DIGITS`` window characters in the ASCII ``text``, as
+    ``(start, end)``: those ``_WINDOW.finditer`` finds, by C substring searches (the first 13 marks
+    in a row from a position start a run; the next non-mark ends it)."""
+    marks = text.encode("ascii").translate(_WINDOW_ASCII)
+    windows = []
+    pos = 0
+    while (start := marks.find(_WINDOW_MARKS, pos)) >= 0:
+        end = marks.find(b".", start + PAN_MIN_DIGITS)
+        if end < 0:
+            end = len(marks)
+        windows.append((start, end))
+        pos = end
+    return windows
+
+
+def _maybe_run(text: str, start: int, end: int) -> bool:
+    """``_MAYBE.search(text, start, end)`` found something; in ASCII text without a ``\\u`` escape
+    a C-speed necessary test first: 13 digits in a row once every separator character and escape
+    letter is deleted (every ``_SEP_UNIT`` there is made of those bytes: ``_has_digit_run``)."""
+    part = text[start:end]
+    if part.isascii() and "\\u" not in part:
+        if _THIRTEEN_ONES not in part.encode("ascii").translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES):
+            return False
+    return _MAYBE.search(text, start, end) is not None
 
 
 def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str, int]:
@@ -467,14 +500,13 @@ def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str
     if maybe_dotted and _DOTTED.search(text):
         text, dotted = _mask_dotted(text)
     if windowed:
-        windows = [m.span() for m in (_WINDOW_RUN.finditer(text.encode("ascii").translate(_WINDOW_ASCII))
-                                      if text.isascii() else _WINDOW.finditer(text))]
-        windows = [w for w in windows if _MAYBE.search(text, *w)]
+        windows = _ascii_windows(text) if text.isascii() else [m.span() for m in _WINDOW.finditer(text)]
+        windows = [w for w in windows if _maybe_run(text, *w)]
     else:
-        windows = [(0, len(text))] if _MAYBE.search(text) else []
+        windows = [(0, len(text))] if _maybe_run(text, 0, len(text)) else []
     if not windows:
         return text, dotted
-    if _TRACK2_HINT.search(text):
+    if _may_hold_track2(text) and _TRACK2_HINT.search(text):
         text, track2 = _mask_track2(text)
         if track2:  # masked text: fewer digits, the windows are searched again
             masked, n = _mask_text(text, keep_otlp_times, windowed=windowed)
