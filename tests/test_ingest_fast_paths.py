@@ -579,3 +579,32 @@ def test_the_line_pre_filter_passes_a_line_whose_non_ascii_digits_masking_takes_
     assert "\\u" not in line and may_contain_pan(line, unicode_escapes=False)
     got = LineParser(cluster="c").feed_text(line, "s", "1")[0].record
     assert run not in got.attributes["message"] and got.attributes["message"] == mask_text(f"card {run}")[0]
+
+
+def test_the_cached_utc_second_gives_what_parsing_the_whole_timestamp_gives(monkeypatch):
+    """``timestamps._utc_fast`` (the whole second from a cache) returns ``parse_iso``'s result or
+    leaves the text to it, also for impossible dates and times of day, leap seconds and bad fractions."""
+    from random import Random
+
+    from collector.ingest import timestamps
+
+    def parse(text):
+        try:
+            return timestamps.parse_iso(text, "Europe/Berlin")
+        except timestamps.BadTimestamp as exc:
+            return type(exc), str(exc)
+
+    base = ["2025-11-29T08:00:00.412337Z", "2025-11-29T08:00:00Z", "2025-11-29 08:00:00,1Z", "2025-02-29T08:00:00Z",
+            "2025-11-29T23:59:60.5Z", "2025-11-29T24:00:00Z", "2025-11-29T08:00:00.Z", "2024-02-29T08:00:00.123456789Z",
+            "2025-11-29T08:00:00+01:00", "2025-11-29T08:00:00"]
+    rnd = Random(6)
+    texts = []
+    for _ in range(20_000):
+        text = list(rnd.choice(base))
+        for _ in range(rnd.randint(0, 2)):
+            text[rnd.randrange(len(text))] = rnd.choice("0123456789-:TtZz., \u0661x")
+        texts.append("".join(text))
+    fast = [parse(t) for t in texts]
+    assert sum(timestamps._utc_fast(t) is not None for t in texts) > 3_000
+    monkeypatch.setattr(timestamps, "_utc_fast", lambda text: None)
+    assert [parse(t) for t in texts] == fast

@@ -72,6 +72,49 @@ def _utc_groups(text: str) -> tuple[str, ...] | None:
     return None if m is None else (*m.groups(), "Z")
 
 
+_UTC_SECOND = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})", re.ASCII)
+
+
+@lru_cache(maxsize=4096)
+def _second_ns(prefix: str) -> int | None:
+    """Epoch ns of the UTC second ``YYYY-MM-DDTHH:MM:SS`` (``prefix``, 19 characters), or None when it
+    is not one (not that shape, an impossible date or time of day: ``parse_iso`` says which).
+    Cached: the lines of one second share it."""
+    m = _UTC_SECOND.fullmatch(prefix)
+    if m is None:
+        return None
+    y, mo, d, h, mi, s = m.groups()
+    try:
+        base = _midnight_ns(int(y), int(mo), int(d))
+    except ValueError:
+        return None
+    hour, minute, second = int(h), int(mi), int(s)
+    if hour > 23 or minute > 59 or second > 60:
+        return None
+    return base + (hour * 3600 + minute * 60 + second) * NS_PER_S
+
+
+def _utc_fast(text: str) -> tuple[int, int] | None:
+    """``parse_iso(text)`` for the common shape ``YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`` (``_UTC``, ASCII
+    digits) with a valid date and time, the whole second from ``_second_ns``'s cache; None for any
+    other text (``parse_iso`` then decides, and raises what it raises)."""
+    n = len(text)
+    if n < 20 or text[-1] != "Z":
+        return None
+    if n == 20:
+        frac = ""
+    else:
+        frac = text[20:-1]
+        if n > 30 or text[19] not in ".," or not (frac.isascii() and frac.isdigit()):
+            return None
+    base = _second_ns(text[:19])
+    if base is None:
+        return None
+    if frac:
+        return base + int(frac.ljust(9, "0")), 10 ** (9 - len(frac))
+    return base, NS_PER_S
+
+
 def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
     """ISO 8601 / RFC 3339 text → ``(epoch_ns, precision_ns)``.
 
@@ -82,6 +125,9 @@ def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
         BadTimestamp: any other shape or an impossible date.
     """
     text = text.strip()
+    fast = _utc_fast(text)
+    if fast is not None:
+        return fast
     groups = _utc_groups(text)
     if groups is None:
         m = _ISO.match(text)
