@@ -9,8 +9,10 @@ without ``\\n``); the PAN counter is a sum. So a worker's chunk is used only whe
 parser holds no partial line at the chunk's start and the worker holds none at its end;
 otherwise the run re-parses that chunk itself, in order (``IngestRun.ingest_stream``).
 
-Records cross the process boundary as ``record.PreparedRecord`` (column values): already masked,
-with the dedup key computed — nothing unmasked leaves the worker, and nothing here touches disk.
+Outcomes cross the process boundary as plain tuples (``ParsedChunk.units``; a record as its
+``record.PreparedRecord`` column values): already masked, with the dedup key computed — nothing
+unmasked leaves the worker, and nothing here touches disk. Tuples of strings and numbers pickle
+and unpickle several times faster than the objects they stand for.
 Workers are forked (POSIX ``fork`` start method): ``forkserver``/``spawn`` would re-run the
 caller's ``__main__`` in every worker, which a script without an ``if __name__ == "__main__"``
 guard turns into a fork bomb. A forked worker never touches the parent's database connections or
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from collector.ingest.parser import LineParser, Outcome
+from collector.ingest.record import PreparedRecord
 
 CHUNK_LINES = 1000
 CHUNK_BYTES = 8 << 20  # a chunk also ends once its lines hold this many bytes (OTLP request lines are large)
@@ -47,13 +50,30 @@ def default_workers() -> int:
     return max(1, min(MAX_WORKERS, cpus))
 
 
+# One outcome as it crosses the process boundary: a record ``(source, position, values, exact_json)``
+# (``PreparedRecord``'s), a rejection ``(source, position, None, None, reason, raw_text, raw_sha256)``.
+Unit = tuple[Any, ...]
+
+
+def _unit(o: Outcome) -> Unit:
+    if o.record is not None:
+        prepared = o.record.prepared()
+        return o.source, o.position, prepared.values, prepared.exact_json
+    return o.source, o.position, None, None, o.reason, o.raw_text, o.raw_sha256
+
+
 @dataclass(slots=True)
 class ParsedChunk:
-    """A worker's result: one outcome per unit, PANs masked, and whether a partial line was left open."""
+    """A worker's result: one unit per outcome (``Unit``), PANs masked, and whether a partial line was left open."""
 
-    outcomes: list[Outcome]
+    units: list[Unit]
     pan_masked: int
     open_partial: bool
+
+    def outcomes(self) -> list[Outcome]:
+        """The outcomes, records as ``PreparedRecord``."""
+        return [Outcome(u[0], u[1], record=PreparedRecord(u[2], u[3])) if u[2] is not None
+                else Outcome(u[0], u[1], reason=u[4], raw_text=u[5], raw_sha256=u[6]) for u in self.units]
 
 
 Line = tuple[int, bytes, "int | None"]  # (line number, bytes without newline, total bytes if truncated)
@@ -86,15 +106,14 @@ def parse_chunk(source: str, lines: list[Line]) -> ParsedChunk:
     assert parser is not None, "parse_chunk runs in a pool worker set up by ParsePool"
     parser.drop_pending_partials()
     masked_before = parser.masker.masked
-    outcomes: list[Outcome] = []
+    units: list[Unit] = []
+    feed = parser.feed_bytes
     for n, data, total in lines:
-        for o in parser.feed_bytes(data, source, str(n), total):
-            if o.record is not None:
-                o.record = o.record.prepared()
-            outcomes.append(o)
+        for o in feed(data, source, str(n), total):
+            units.append(_unit(o))
     open_partial = parser.has_pending_partials
     parser.drop_pending_partials()
-    return ParsedChunk(outcomes, parser.masker.masked - masked_before, open_partial)
+    return ParsedChunk(units, parser.masker.masked - masked_before, open_partial)
 
 
 class ParsePool:

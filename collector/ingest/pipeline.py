@@ -298,7 +298,7 @@ class IngestRun:
                 self.add(feed(data, source, str(n), total))
             return
         self.parser.masker.masked += parsed.pan_masked
-        self.add(parsed.outcomes)
+        self.add(parsed.outcomes())
 
     def close(self) -> None:
         """Stop the parse workers, if any were started."""
