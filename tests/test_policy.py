@@ -242,3 +242,43 @@ def test_a_handover_names_the_allocation_that_released_the_gpu_last(sessions):
     assert gaps == {("long-job", "next-job"): 5, ("full-job", "slice-0-job"): 10, ("full-job", "slice-4-job"): 545}
     pairs = {(o["a"]["claim"], o["b"]["claim"]) for o in facts["overlaps"]}
     assert pairs == {("long-job", "short-job")}
+
+
+def _open_cross_tenant_sharing(s) -> None:
+    # GPU S0: team-a from 08:00, team-b joins at 09:00; neither released when evaluated.
+    h = History(s)
+    h.device("node-s", "gpu-0", gpu_uuid("S0"))
+    h.allocation("team-a", "scoring", "node-s", "gpu-0", 8 * H, None)
+    h.allocation("team-b", "kyc", "node-s", "gpu-0", 9 * H, None)
+
+
+def test_allocations_still_held_end_at_now_not_at_a_period_end_in_the_future(sessions, bundle, regorus_engine):
+    # The scheduler evaluates the current UTC day every 5 minutes: the day's end is hours ahead.
+    with sessions.begin() as s:
+        _open_cross_tenant_sharing(s)
+        History(s).watch("ResourceClaim", "synced", 1 * H)
+    now = at(10 * H)
+    facts = _facts(sessions, now_ns=now)
+    assert {a["claim"]: a["to_ns"] for a in iter_allocations(facts)} == {"scoring": now, "kyc": now}
+    [overlap] = facts["overlaps"]
+    assert (overlap["from_ns"], overlap["to_ns"]) == (at(9 * H), now)
+    result = evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=now)
+    [sharing] = [f for f in result.findings if f["rule"] == "isolation/cross-tenant-sharing"]
+    assert (sharing["from_ns"], sharing["to_ns"]) == (at(9 * H), now)
+
+
+def test_allocations_still_held_end_where_the_resourceclaim_watch_stopped(sessions, bundle, regorus_engine):
+    # Nothing is known of the claims after the collector stopped (or lost the stream): a finding
+    # must not state that the GPUs were still shared until "now".
+    with sessions.begin() as s:
+        _open_cross_tenant_sharing(s)
+        History(s).watch("ResourceClaim", "stopped", 9 * H + 600)
+        History(s).watch("Pod", "synced", 1 * H)
+    facts = _facts(sessions, now_ns=at(12 * H))
+    [overlap] = facts["overlaps"]
+    assert (overlap["from_ns"], overlap["to_ns"]) == (at(9 * H), at(9 * H + 600))
+    assert {a["claim"]: a["to_ns"] for a in iter_allocations(facts)} == {"scoring": at(9 * H + 600),
+                                                                         "kyc": at(9 * H + 600)}
+    result = evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=at(12 * H))
+    [sharing] = [f for f in result.findings if f["rule"] == "isolation/cross-tenant-sharing"]
+    assert sharing["to_ns"] == at(9 * H + 600)

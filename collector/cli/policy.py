@@ -126,6 +126,7 @@ commands = [policy_group]
 
 
 def _news(result) -> str:
-    """"N new" and, when some rows only moved the end of an interval still open, "M updated"."""
+    """"N new" and, when some rows only moved the end of an interval still open (to the new last
+    observation, or to an earlier --to), "M updated"."""
     fresh = f"{result.inserted - result.updated} new"
-    return fresh if not result.updated else f"{fresh}, {result.updated} updated: still open, later end"
+    return fresh if not result.updated else f"{fresh}, {result.updated} updated: still open, end moved"

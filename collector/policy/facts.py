@@ -7,8 +7,11 @@ namespaces; because a namespace has exactly one tenant, pairs and handovers insi
 are dropped here unless they matter for another reason (same device).
 
 Every time is integer nanoseconds since the epoch (UTC). ``from_ns``/``to_ns`` of a fact are
-clipped to the period (an allocation still held ends at the period's end); a handover's
-predecessor that ended before the period keeps its real bounds.
+clipped to the period; a handover's predecessor that ended before the period keeps its real bounds.
+An allocation still held when evaluated ends at its cluster's *last observation*: now while the
+ResourceClaim watch is live, else the moment that watch lost its stream or the collector stopped
+(``watch_state``), and never after the period's end. A fact is never stated beyond what was seen:
+the scheduler evaluates the current UTC day, whose end is still in the future.
 
 The document (``build_facts(...)``)::
 
@@ -270,6 +273,14 @@ SELECT cluster, kind, state_since_ns,
  ORDER BY cluster, kind
 """
 
+# Where each cluster's allocation knowledge ends: the ResourceClaim watch lost its stream (gap) or
+# the collector stopped. A cluster absent here is being observed now.
+_CLAIMS_UNOBSERVED_SINCE = """
+SELECT cluster, MIN(state_since_ns) FROM watch_state
+ WHERE kind = 'ResourceClaim' AND state IN ('gap', 'stopped') AND state_since_ns < :period_to {cluster_filter}
+ GROUP BY cluster
+"""
+
 _ATTRIBUTION_COUNTS = """
 SELECT COALESCE(l.status, 'pending'), COUNT(*)
   FROM inference_records r LEFT JOIN lineage l ON l.record_id = r.id
@@ -311,11 +322,13 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
         conn.execute(text(_FILL.format(cluster_filter="AND e.cluster = :cluster" if cluster else "")), params)
         conn.execute(text(f"CREATE INDEX ix_{_TEMP}_gpu_from ON {_TEMP} (gpu_key, from_ns)"))
         conn.execute(text(_EPISODES))
-        clip = _Clipper(period_from_ns, period_to_ns)
+        unobserved = dict(conn.execute(text(_CLAIMS_UNOBSERVED_SINCE.format(
+            cluster_filter="AND cluster = :cluster" if cluster else "")), params).all())
+        clip = _Clipper(period_from_ns, period_to_ns, now, unobserved)
         groups: dict[tuple[Any, ...], dict[str, Any]] = {}
         rows: dict[int, tuple[Any, ...]] = {}
         for row in conn.execute(text(_SELECT_INTERVALS)).all():
-            (rid, _episode, _cluster, _uid, namespace, claim, driver, pool, device, device_class, admin, _share,
+            (rid, _episode, row_cluster, _uid, namespace, claim, driver, pool, device, device_class, admin, _share,
              state_id, gpu, _mig, _multiple, start, end, in_period) = row
             rows[rid] = tuple(row)
             if in_period:
@@ -324,7 +337,8 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
                 if group is None:
                     group = groups[key] = {"namespace": namespace, "device_class": device_class, "admin_access": key[2],
                                            "known_device": key[3], "allocations": []}
-                group["allocations"].append([rid, claim, driver, pool, device, gpu, clip.start(start), clip.end(end)])
+                group["allocations"].append([rid, claim, driver, pool, device, gpu, clip.start(start),
+                                             clip.end(end, row_cluster, start)])
         allocation_groups = [groups[k] for k in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k))]
         for group in allocation_groups:
             group["allocations"].sort()
@@ -337,7 +351,7 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
 
         overlaps = [
             {"physical_gpu_uuid": rows[a][_GPU] or rows[b][_GPU],
-             "same_device": bool(same), "from_ns": clip.start(start), "to_ns": clip.end(end),
+             "same_device": bool(same), "from_ns": clip.start(start), "to_ns": clip.end(end, rows[b][2], start),
              "a": side(a), "b": side(b)}
             for a, b, start, end, same in conn.execute(text(_OVERLAPS), params).all()
         ]
@@ -347,7 +361,7 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
              "from": side(p), "to": side(n)}
             for p, n, released, acquired in conn.execute(text(_HANDOVERS), params).all()
         ]
-        idle = _idle_allocations(conn, params, clip, now)
+        idle = _idle_allocations(conn, params, clip)
     finally:
         _drop(conn)
     return {
@@ -362,15 +376,28 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
 
 
 class _Clipper:
-    """Clips instants to the period; ``OPEN_END_NS`` (still open) becomes the period's end."""
+    """Clips instants to the period ``[lo, hi)``; ``OPEN_END_NS`` (still open) becomes the last
+    observation of the row's cluster: ``unobserved_since[cluster]`` when its ResourceClaim watch is
+    not live, else ``now_ns`` — in both cases at most the period's end."""
 
-    def __init__(self, start_ns: int, end_ns: int) -> None:
+    def __init__(self, start_ns: int, end_ns: int, now_ns: int | None = None,
+                 unobserved_since: dict[str, int] | None = None) -> None:
         self.lo, self.hi = start_ns, end_ns
+        self.now = end_ns if now_ns is None else now_ns
+        self.unobserved_since = unobserved_since or {}
 
     def start(self, value: int) -> int:
         return min(max(value, self.lo), self.hi)
 
-    def end(self, value: int) -> int:
+    def horizon(self, cluster: str | None) -> int:
+        """The last instant allocations of ``cluster`` were observed, within the period."""
+        return min(self.hi, self.now, self.unobserved_since.get(cluster, self.now))
+
+    def end(self, value: int, cluster: str | None = None, start_ns: int | None = None) -> int:
+        if value >= OPEN_END_NS:
+            value = self.horizon(cluster)
+            if start_ns is not None:  # seen starting after the horizon (clock or gap race): a point
+                value = max(value, min(start_ns, self.hi))
         return max(min(value, self.hi), self.lo)
 
 
@@ -398,12 +425,11 @@ def iter_allocations(facts: dict[str, Any]):
                    "from_ns": start, "to_ns": end}
 
 
-def _idle_allocations(conn: Any, params: dict[str, Any], clip: _Clipper, now_ns: int) -> list[dict[str, Any]]:
+def _idle_allocations(conn: Any, params: dict[str, Any], clip: _Clipper) -> list[dict[str, Any]]:
     out = []
-    horizon = min(clip.hi, now_ns)
     for episode_id, cluster, claim_uid, namespace, claim, start, end in conn.execute(text(_IDLE), params):
         real_end = None if end >= OPEN_END_NS else end
-        measured_end = min(end, horizon)
+        measured_end = min(end, clip.horizon(cluster))
         if measured_end <= start:
             continue
         out.append({"episode_id": episode_id, "cluster": cluster, "claim_uid": claim_uid, "namespace": namespace,

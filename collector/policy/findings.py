@@ -5,9 +5,10 @@ finding's key is SHA-256 of the canonical JSON of (rule, cluster, subjects, from
 period, bundle digest): evaluating the same period with the same bundle again inserts nothing,
 whichever engine runs it. New rows are appended to the ledger in the same transaction.
 
-A finding on an interval still open when evaluated (a gap, an idle allocation, the time since the
-collector stopped) ends at the evaluation's horizon, so each later evaluation stores a row with a
-later end: the earlier rows stay (the ledger never forgets what was once concluded). Its
+A finding on an interval still open when evaluated (a gap, an idle allocation, an allocation still
+held, the time since the collector stopped) ends at the evaluation's horizon — the last observation,
+never after the period's end (``facts``) — so each later evaluation stores a row with a moved
+end: the earlier rows stay (the ledger never forgets what was once concluded). Its
 *identity* (``finding_identity``: rule, cluster, subjects, start, bundle digest — not the end, not
 the evaluation period) names them as one finding; readers show the latest evaluation of each
 identity, and an evaluation reports such rows as *updated*, not new.
@@ -51,7 +52,7 @@ class Evaluation:
     rego_s: float
     store_s: float
     counts: dict[str, int] = field(default_factory=dict)
-    updated: int = 0  # of ``inserted``, rows whose identity was stored before (a later end)
+    updated: int = 0  # of ``inserted``, rows whose identity was stored before (the end moved)
 
 
 def finding_key(finding: dict[str, Any], cluster: str | None, period_from_ns: int, period_to_ns: int, digest: str) -> str:
