@@ -22,7 +22,12 @@ UTF8_BOM = b"\xef\xbb\xbf"  # a byte order mark some tools write before UTF-8 te
 CHUNK_BYTES = 1 << 20
 REST_BYTES = 65536  # of the text after the array (or an unterminated tail), kept for quarantine
 
-_STRUCTURAL = re.compile(rb'[\[\]{},"]')
+_STRING = rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+# What the scanner skips in one C-level match: complete string literals and every byte that is not
+# a bracket (nor, inside the array itself, a comma). It stops at a bracket, a comma between
+# elements, the opening quote of a string that goes on in the next piece, or the end of the buffer.
+_SKIP_TOP = re.compile(rb'(?:[^"\[\]{},]++|' + _STRING + rb')*+', re.S)
+_SKIP_NESTED = re.compile(rb'(?:[^"\[\]{}]++|' + _STRING + rb')*+', re.S)
 # The rest of a string literal after its opening quote, up to (not including) the closing quote;
 # stops early at the end of the buffer, also right after a lone backslash (its escaped byte is
 # in the next piece).
@@ -94,26 +99,26 @@ class JsonArrayElements:
                     continue
                 pos = end  # the literal goes on in the next piece
             else:
-                m = _STRUCTURAL.search(buf, pos)
-                if m is not None:
-                    c, pos = buf[m.start()], m.end()
-                    if c == 0x22:  # "
+                at = (_SKIP_TOP if depth == 1 else _SKIP_NESTED).match(buf, pos).end()  # type: ignore[union-attr]
+                if at < len(buf):
+                    c, pos = buf[at], at + 1
+                    if c == 0x22:  # a string literal that goes on in the next piece
                         in_string = True
                     elif c in (0x5B, 0x7B):  # [ {
                         depth += 1
                     elif c in (0x5D, 0x7D):  # ] }
                         depth -= 1
                         if depth == 0:
-                            if any_comma or buf[elem:m.start()].strip(_WHITESPACE) or kept is not None:
-                                yield self._element(buf[elem:m.start()], kept, dropped)
+                            if any_comma or buf[elem:at].strip(_WHITESPACE) or kept is not None:
+                                yield self._element(buf[elem:at], kept, dropped)
                             self._set_rest(buf[pos:], eof)
                             return
-                    elif depth == 1:  # a comma between elements
+                    else:  # a comma between elements (_SKIP_NESTED skips the others)
                         any_comma = True
-                        yield self._element(buf[elem:m.start()], kept, dropped)
+                        yield self._element(buf[elem:at], kept, dropped)
                         elem, kept, dropped = pos, None, 0
                     continue
-                pos = len(buf)
+                pos = at
             if eof:  # the array never closed: its unterminated last element is the rest
                 tail = kept if kept is not None else buf[elem:]
                 self._set_rest(tail if tail.strip(_WHITESPACE) else b"[unterminated array]", True)
