@@ -159,33 +159,35 @@ def test_the_line_pre_filter_passes_every_line_in_which_masking_finds_a_pan():
             assert may_contain_pan(line), line
 
 
-def test_the_quoted_identifier_look_never_hides_a_run_that_the_full_look_sees():
-    """``may_contain_pan``'s cheap second look (identifiers that are whole JSON strings) keeps at
-    least the digit runs of the full one, on shipper lines whose application JSON is an escaped
+def test_the_windowed_identifier_look_gives_the_whole_text_verdict():
+    """``may_contain_pan``'s second look (identifiers blanked) searched window by window gives the
+    verdict of blanking the whole text, on shipper lines whose application JSON is an escaped
     string holding the same fields as the merged object next to it (where ids are quoted twice)."""
     from random import Random
 
     from collector.ingest import pan
 
-    def runs(pattern, blank, text: str) -> bool:
-        return pan._has_digit_run(pattern.sub(blank, text).encode("utf-8", "surrogatepass").translate(pan._DIGITS_TO_ONES))
+    def whole(text: str) -> bool:
+        blanked = pan._UUID_OR_HEX_TOKEN.sub(pan._blank_identifier, text)
+        return pan._has_digit_run(blanked.encode("utf-8", "surrogatepass").translate(pan._DIGITS_TO_ONES))
 
     rnd = Random(20251201)
-    seen = {"cheap-only": 0, "both": 0}
+    pieces = _PAN_PIECES + ["0ed904759531985d5d9dc9f81818e811892f902bd23f0824128b2f330c5c7fd0", "g", "%3D", "ab", "-",
+                            "12345678-1234-1234-1234-123456789012", "1a26f889-3870-4800-949e-259b5d5a1b2c", "\\u00a0"]
+    seen = {True: 0, False: 0}
     for _ in range(10_000):
-        fields = {f"k{i}": "".join(rnd.choice(_PAN_PIECES) for _ in range(rnd.randint(1, 3)))
+        fields = {f"k{i}": "".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 3)))
                   for i in range(rnd.randint(1, 4))}
-        app = json.dumps(fields, ensure_ascii=rnd.random() < 0.3)
-        line = json.dumps({"log": app, "app": fields, "kubernetes": {"pod_id": rnd.choice(_PAN_PIECES)}})
-        cheap = runs(pan._QUOTED_IDENTIFIER, pan._blank_quoted, line)
-        full = runs(pan._UUID_OR_HEX_TOKEN, pan._blank_identifier, line)
-        assert cheap or not full, line
-        seen["both" if full else "cheap-only"] += cheap
+        app = json.dumps(fields)
+        line = json.dumps({"log": app, "app": fields, "kubernetes": {"pod_id": rnd.choice(pieces)}})
+        verdict = whole(line)
+        assert pan._run_outside_identifiers(line) == verdict, line
+        seen[verdict] += 1
         masker = pan.PanMasker()
         masker.value(json.loads(line))
         if masker.masked:
             assert pan.may_contain_pan(line), line
-    assert seen["both"] > 1000 and seen["cheap-only"] > 100  # both outcomes of the cheap look happened
+    assert seen[True] > 1000 and seen[False] > 1000  # both verdicts happened
 
 
 def test_a_trace_id_with_a_long_digit_run_does_not_send_the_line_to_masking():

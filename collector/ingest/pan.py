@@ -82,11 +82,6 @@ _HEX_TOKEN = rf"(?<![\w%{_SEP_CHARS}]){_HEX_ID}(?![\w{_SEP_CHARS}]|\\+[ntr/u])"
 # Either one, in one pass. The two never overlap (a hex token holds no dash and is bounded by
 # characters a UUID cannot contain), so this finds the UUIDs ``_UUID.finditer`` finds.
 _UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
-# A UUID or hex token (as ``_UUID_OR_HEX_TOKEN`` matches it) that is a whole JSON string, also
-# inside an escaped JSON string (``\\"…\\"``): after an opening quote and before a closing one. There
-# ``_UUID_OR_HEX_TOKEN`` matches exactly the same span: its look-arounds accept a quote before and a
-# backslash or quote after, and no match of it can include a quote.
-_QUOTED_IDENTIFIER = re.compile(rf'"(?:(?P<uuid>{_UUID.pattern})|{_HEX_ID})(?=\\*")')
 # Cheap pre-filter: nothing to do unless the text has 13 digits in a row or some grouped digits.
 _MAYBE = re.compile(rf"\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12}}")
 # Fast pre-filter for whole lines (C-speed translate + substring search instead of a regex that
@@ -132,16 +127,39 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escape
     # Track 2 is masked inside hex ids too.
     if _may_hold_track2(text) and _TRACK2_HINT.search(text):
         return True
-    # Cheap look first: only the identifiers that are whole JSON strings (pod UIDs, container,
-    # trace and span ids as shippers and loggers write them), found by a pattern that starts with
-    # a literal quote (the regex engine skips to quotes instead of trying every position). Each
-    # is blanked exactly as below, the others are left: only more digits stay, so "no run" here
-    # means "no run" below.
-    if not _has_digit_run(_QUOTED_IDENTIFIER.sub(_blank_quoted, text).encode("utf-8", "surrogatepass")
-                          .translate(_DIGITS_TO_ONES)):
-        return False
+    if ascii_text:
+        return _run_outside_identifiers(text)
     blanked = _UUID_OR_HEX_TOKEN.sub(_blank_identifier, text)
     return _has_digit_run(blanked.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ONES))
+
+
+def _run_outside_identifiers(text: str) -> bool:
+    """``_has_digit_run`` of the ASCII ``text`` with its identifiers blanked
+    (``_UUID_OR_HEX_TOKEN.sub(_blank_identifier, text)``), looking only at the windows
+    (``_ascii_windows``) that hold a run before blanking.
+
+    The same verdict: in ASCII text every byte ``_has_digit_run`` deletes (separators, backslash,
+    ``n``, ``t``, ``r``) and every digit is a window character, so each run lies inside one
+    window; each identifier match (hex digits and dashes) does too; blanking only removes digits.
+    A window searched alone (``pos``, ``endpos`` one past its end) gives the whole text's matches
+    in it: none reaches in from outside, the look-behind still sees the character before it, the
+    look-ahead the one after it (``endpos``), and no match can include that non-window character.
+    """
+    delete = _SEP_AND_ESCAPE_BYTES if "\\" in text else _SEP_BYTES  # as _has_digit_run decides for the whole text
+    size = len(text)
+    for start, end in _ascii_windows(text):
+        if _THIRTEEN_ONES not in text[start:end].encode("ascii").translate(_DIGITS_TO_ONES, delete):
+            continue
+        pieces = []
+        last = start
+        for m in _UUID_OR_HEX_TOKEN.finditer(text, start, min(end + 1, size)):
+            pieces.append(text[last:m.start()])
+            pieces.append(_blank_identifier(m))
+            last = m.end()
+        pieces.append(text[last:end])
+        if _THIRTEEN_ONES in "".join(pieces).encode("ascii").translate(_DIGITS_TO_ONES, delete):
+            return True
+    return False
 
 
 # A decimal digit other than 0-9 (full-width, Arabic-Indic, Devanagari…): ``_CANDIDATE``'s \d matches them
@@ -168,14 +186,6 @@ def _blank_identifier(m: re.Match[str]) -> str:
         return "U"
     uuid = m.group()
     return uuid if uuid.replace("-", "").isdigit() else "U"
-
-
-def _blank_quoted(m: re.Match[str]) -> str:
-    """``_blank_identifier`` for a ``_QUOTED_IDENTIFIER`` match (the opening quote kept)."""
-    uuid = m.group("uuid")
-    if uuid is not None and uuid.replace("-", "").isdigit():
-        return m.group()
-    return '"U'
 
 
 def luhn_ok(digits: str) -> bool:
