@@ -7,6 +7,7 @@ for HTTP clients.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from typing import Callable
 
@@ -17,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from collector.errors import UserError
 from collector.watcher import Readiness
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,14 @@ class HttpServer:
         self.thread = threading.Thread(target=self.server.run, name="draudit-http", daemon=True)
 
     def start(self, timeout_s: float = 10.0) -> None:
+        """Serve on the background thread; returns once uvicorn listens.
+
+        Raises:
+            UserError: the address cannot be bound (in use, not an address of this host, a
+                privileged port), named with the OS's reason and the fix.
+            RuntimeError: uvicorn did not report started within ``timeout_s`` seconds (a bug).
+        """
+        self._check_bind()
         self.thread.start()
         deadline = threading.Event()
         for _ in range(int(timeout_s / 0.05)):
@@ -62,6 +72,21 @@ class HttpServer:
                 return
             deadline.wait(0.05)
         raise RuntimeError("HTTP server did not start")
+
+    def _check_bind(self) -> None:
+        # uvicorn reports a failed bind by logging and exiting its thread; bind once here (with
+        # SO_REUSEADDR, as uvicorn does) to fail as one line instead.
+        host, port = self.server.config.host, self.server.config.port
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family, kind, proto, _name, address = infos[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise UserError(f"--host {host} --port {port}: cannot listen ({reason}); choose another --port "
+                            f"(env DRAUDIT_HTTP_PORT) or stop the process using it") from None
 
     @property
     def port(self) -> int:

@@ -69,3 +69,33 @@ def _status(http, url):
         return http.request("GET", url).status
     except urllib3.exceptions.HTTPError:
         return None
+
+
+def test_run_on_a_port_in_use_is_one_line_naming_the_port(tmp_path):
+    # A second collector (or anything else) already listens there: a user mistake, not a bug.
+    from click.testing import CliRunner
+
+    from collector.cli import cli
+    db = f"sqlite:///{tmp_path / 'store.db'}"
+    assert CliRunner().invoke(cli, ["db", "upgrade", "--database-url", db]).exit_code == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["run", "--server", "http://127.0.0.1:9", "--database-url", db,
+                                          "--host", "127.0.0.1", "--port", str(port), "--no-scheduler"])
+    assert result.exit_code == 2, result.output
+    [line] = [x for x in result.output.splitlines() if x.startswith("draudit: error:")]  # (+ a no-token warning)
+    assert "Traceback" not in result.output
+    assert line.startswith(f"draudit: error: --host 127.0.0.1 --port {port}: cannot listen (")
+    assert "in use" in line and "choose another --port" in line
+
+
+def test_run_with_an_impossible_port_names_the_flag_that_was_given(tmp_path):
+    from click.testing import CliRunner
+
+    from collector.cli import cli
+    result = CliRunner().invoke(cli, ["run", "--server", "http://127.0.0.1:9", "--database-url",
+                                      f"sqlite:///{tmp_path / 'store.db'}", "--port", "99999"])
+    assert result.exit_code == 2
+    assert "--port must be a TCP port 1..65535" in result.output

@@ -29,6 +29,10 @@ def output_option(fn: Callable) -> Callable:
                         show_default=True, help="Human table or one JSON document for scripts.")(fn)
 
 
+# Settings fields whose flag is not the field's name with dashes (``draudit run --host/--port``).
+_FLAG_OF = {"http_host": "--host", "http_port": "--port"}
+
+
 def settings_from(**overrides: Any) -> Settings:
     """Settings from the environment with the given CLI overrides (``None`` = not given).
 
@@ -43,7 +47,7 @@ def settings_from(**overrides: Any) -> Settings:
         for name, value in overrides.items():
             var = next((k for k, v in ENV_VARS.items() if v == name), None)
             if value is not None and var and message.startswith((var + " ", var + "=")):
-                message = f"--{name.replace('_', '-')}" + message[len(var):]
+                message = _FLAG_OF.get(name, f"--{name.replace('_', '-')}") + message[len(var):]
         raise UserError(message, exc.exit_code) from None
 
 
