@@ -139,6 +139,11 @@ def keys_generate(prefix: str) -> None:
     from reports.keyfiles import key_paths, write_key_pair
     from reports.manifest import public_key_id
 
+    if prefix.endswith(("/", os.sep)) or Path(prefix).is_dir():
+        # PREFIX.key next to the directory would land a private key outside it (e.g. /tmp.key).
+        example = Path(prefix) / "signing"
+        raise UserError(f"--out {prefix} is a directory; give a file prefix such as --out {example} "
+                        f"(writes {example}.key and {example}.pub)")
     private_path, public_path = key_paths(prefix)
     try:
         key = write_key_pair(prefix)
