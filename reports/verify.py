@@ -7,7 +7,9 @@ link, device, absolute path or ``..`` member is reported as a failure, never ext
 
 from __future__ import annotations
 
+import gzip
 import tarfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -46,11 +48,29 @@ def _verify_directory(root: Path, public_key: Ed25519PublicKey | None) -> list[C
     return check_pack(manifest_path.read_bytes(), signature, present, public_key) + oddities
 
 
+# What reading a damaged archive raises: a cut gzip stream (EOFError), a corrupt one (zlib.error,
+# BadGzipFile), a cut or corrupt tar (TarError).
+_DAMAGED = (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError)
+
+
 def _verify_archive(archive: Path, public_key: Ed25519PublicKey | None) -> list[Check]:
     try:
         tar = tarfile.open(archive, mode="r:*")
+    except tarfile.ReadError:  # tarfile lists every compression it tried, over several lines
+        raise UserError(f"pack {archive}: not a directory or a tar / tar.gz archive; give the pack directory "
+                        "or the archive `draudit report --archive` wrote") from None
     except (tarfile.TarError, OSError) as exc:
-        raise UserError(f"pack {archive}: not a directory or a readable tar archive ({exc})") from None
+        raise UserError(f"pack {archive}: cannot be read ({exc})") from None
+    try:
+        return _verify_members(tar, archive, public_key)
+    except _DAMAGED as exc:
+        # A verdict, not a usage error: the archive is not the one that was written (cut or corrupted
+        # in transfer), and the digests of what follows cannot be checked.
+        return [Check("archive", False, f"{archive.name} is truncated or corrupt ({type(exc).__name__}: {exc}); "
+                                        "copy the pack again and compare its size")]
+
+
+def _verify_members(tar: tarfile.TarFile, archive: Path, public_key: Ed25519PublicKey | None) -> list[Check]:
     bad: list[Check] = []
     present: dict[str, FileDigest] = {}
     manifest_data: bytes | None = None

@@ -1,0 +1,48 @@
+"""`draudit verify` on archives that are not what `report --archive` wrote: cut or not an archive."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+
+import pytest
+from click.testing import CliRunner
+
+from collector.cli import cli
+from collector.errors import UserError
+from reports.verify import verify_pack
+
+
+@pytest.fixture
+def archive(tmp_path):
+    pack = tmp_path / "pack-2026-11-29"
+    (pack / "data").mkdir(parents=True)
+    (pack / "manifest.json").write_text('{"files": []}')
+    (pack / "data" / "transaction_lineage.csv").write_bytes(os.urandom(300_000))  # incompressible
+    path = tmp_path / "pack.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(pack, arcname=pack.name)
+    return path
+
+
+def test_a_truncated_archive_is_a_failed_check_naming_the_file(archive, tmp_path):
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(archive.read_bytes()[:100_000])
+    [check] = verify_pack(cut)
+    assert (check.name, check.ok) == ("archive", False)
+    assert check.detail.startswith("cut.tar.gz is truncated or corrupt (")
+    result = CliRunner().invoke(cli, ["verify", str(cut)])
+    assert result.exit_code == 1
+    assert "FAIL  archive: cut.tar.gz is truncated or corrupt" in result.output and "verdict: FAIL" in result.output
+
+
+def test_a_file_that_is_not_an_archive_is_one_line(tmp_path):
+    fake = tmp_path / "fake.tar.gz"
+    fake.write_text("not a pack\n")
+    with pytest.raises(UserError) as caught:
+        verify_pack(fake)
+    assert "\n" not in str(caught.value)
+    result = CliRunner().invoke(cli, ["verify", str(fake)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"draudit: error: pack {fake}: not a directory or a tar / tar.gz archive; "
+                                     "give the pack directory or the archive `draudit report --archive` wrote")
