@@ -74,3 +74,11 @@ def test_commands_on_a_missing_sqlite_store_do_not_create_it(tmp_path, command):
     assert res.exit_code == 2, res.output
     assert f"database file {path} does not exist" in res.output and "draudit db upgrade" in res.output
     assert not path.exists()
+
+
+def test_db_current_of_a_missing_sqlite_file_does_not_create_it(tmp_path):
+    path = tmp_path / "none.db"
+    result = CliRunner().invoke(cli, ["db", "current", "--database-url", f"sqlite:///{path}"])
+    assert result.exit_code == 2
+    assert f"database file {path} does not exist; create the store with `draudit db upgrade" in result.output
+    assert not path.exists()

@@ -6,7 +6,8 @@ import sys
 
 import click
 
-from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
+from collector.cli.options import (database_option, echo_json, open_store, output_option, require_existing_sqlite_file,
+                                   settings_from)
 from collector.store import migrate
 from collector.store.db import make_engine
 
@@ -50,6 +51,7 @@ def db_downgrade(revision: str, database_url: str | None, yes: bool) -> None:
 def db_current(database_url: str | None) -> None:
     """Print the schema revision of the database and of this draudit version."""
     settings = settings_from(database_url=database_url)
+    require_existing_sqlite_file(settings.database_url)  # connecting would create an empty file
     engine = make_engine(settings.database_url)
     current = migrate.current_revision(engine)
     head = migrate.head_revision()

@@ -58,16 +58,20 @@ def open_store(settings: Settings, *, check_schema: bool = True):
         UserError: bad URL, unreachable database, or a schema not at this version's head.
     """
     if check_schema:
-        _require_existing_sqlite_file(settings.database_url)
+        require_existing_sqlite_file(settings.database_url)
     engine = make_engine(settings.database_url)
     if check_schema:
         require_current_schema(engine)
     return engine, make_session_factory(engine)
 
 
-def _require_existing_sqlite_file(url: str) -> None:
+def require_existing_sqlite_file(url: str) -> None:
     """A command that needs a migrated store must not create an empty SQLite file by connecting
-    (SQLite creates a missing file on first connect); ``draudit db upgrade`` creates stores."""
+    (SQLite creates a missing file on first connect); ``draudit db upgrade`` creates stores.
+
+    Raises:
+        UserError: ``url`` names a SQLite file that does not exist.
+    """
     try:
         parsed = make_url(url)
     except ArgumentError:
