@@ -212,6 +212,22 @@ def _episodes_stmt(scope: Scope):
             .order_by(e.cluster, e.valid_from_ns, e.id, r.id))
 
 
+def episodes_beside_scope(session: Session, scope: Scope) -> Iterator[list[Any]]:
+    """Rows (``EPISODE_COLUMNS``, as the allocation-episodes population formats them) of the
+    episodes of the scope's clusters and period whose namespace is NOT in the namespace scope;
+    nothing when the scope names no namespace. Not written to the pack's populations.
+
+    Sharing and co-tenancy are facts about a GPU: a scoped tenant shared it with whoever else held
+    it, in scope or not, so the pack computes them over every namespace and keeps the intervals a
+    scoped namespace took part in (``reports.render``)."""
+    if not scope.namespaces:
+        return
+    every_namespace = Scope(scope.from_ns, scope.to_ns, scope.clusters, (), scope.tenants)
+    stmt = _episodes_stmt(every_namespace).where(AllocationEpisode.claim_namespace.not_in(scope.namespaces))
+    for row in session.connection().execute(stmt.execution_options(yield_per=YIELD_PER)):
+        yield _episode_row(row, scope)
+
+
 def _episode_row(r, scope: Scope) -> list[Any]:
     return [r.cluster, r.claim_namespace, scope.tenant_of(r.claim_namespace), r.claim_name, r.claim_uid, r.episode_id,
             r.first_rv, r.request, r.driver, r.pool, r.device, r.device_class_name, bool(r.admin_access), r.share_id,

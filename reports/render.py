@@ -278,17 +278,22 @@ class _Collector:
         self.driver_seq.setdefault(key, []).append((d["valid_from_ns"], d["driver_version"], physical, d["node_name"],
                                                    d["device_state_id"]))
 
-    def episode_row(self, r) -> None:
-        """An allocation still open when its cluster's collector stopped ends at that last observation, flagged."""
-        d = dict(zip(pop.EPISODE_COLUMNS, r))
+    def bar(self, d: dict[str, Any]) -> Bar:
+        """The timeline bar of an allocation-episodes row (``d`` keyed by ``pop.EPISODE_COLUMNS``): an
+        allocation still open when its cluster's collector stopped ends at that last observation, flagged."""
         stop = self.stops.get(d["cluster"]) if d["valid_to_ns"] is None else None
-        self.bars.append(Bar(
+        return Bar(
             physical_gpu_uuid=d["physical_gpu_uuid"] or f"unresolved:{d['driver']}/{d['pool']}/{d['device']}",
             node_name=d["node_name"], device_key=f"{d['driver']}/{d['pool']}/{d['device']}",
             device_type=d["device_type"], device_uuid=d["device_uuid"], mig_profile=d["mig_profile"],
             tenant=d["tenant"], namespace=d["claim_namespace"], claim_name=d["claim_name"], claim_uid=d["claim_uid"],
             from_ns=d["valid_from_ns"], to_ns=d["valid_to_ns"] if stop is None else max(stop, d["valid_from_ns"]),
-            admin_access=d["admin_access"], stopped_at_ns=stop))
+            admin_access=d["admin_access"], stopped_at_ns=stop)
+
+    def episode_row(self, r) -> None:
+        d = dict(zip(pop.EPISODE_COLUMNS, r))
+        stop = self.stops.get(d["cluster"]) if d["valid_to_ns"] is None else None
+        self.bars.append(self.bar(d))
         self.facts.add_allocation(Allocation(
             d["allocation_result_id"], d["episode_id"], d["claim_namespace"], d["claim_name"],
             f"{d['driver']}/{d['pool']}/{d['device']}", d["physical_gpu_uuid"], d["node_name"], d["mig_profile"],
@@ -566,7 +571,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     written.append(pop.write_dicts(data_dir, "findings", pop.FINDING_COLUMNS, findings))
     written.append(pop.write_dicts(data_dir, "coverage", pop.COVERAGE_COLUMNS, coverage))
     cov_summary = pop.coverage_summary(coverage, scope)
-    segments = sharing_segments(col.bars, scope.from_ns, scope.to_ns)
+    segments, beside = _sharing(session, scope, col)
     col.facts.sharing = [(s.physical_gpu_uuid, s.from_ns, s.to_ns, s.claims, s.partitioned) for s in segments]
     written.append(pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments)))
     dc_changes, device_classes = _device_class_changes(session, scope)
@@ -609,8 +614,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "clock_skew_tolerance_s": skew["single"],
         "clock_skew_tolerances": skew["rows"],
     }
-    drawn_gpus = _timeline_gpus(col.bars, segments)
-    svgs = [Markup(s) for s in timeline_svgs([b for b in col.bars if b.physical_gpu_uuid in drawn_gpus],
+    drawn_bars = col.bars + beside  # the other tenant of a shared GPU is drawn beside the scoped one
+    drawn_gpus = _timeline_gpus(drawn_bars, segments)
+    svgs = [Markup(s) for s in timeline_svgs([b for b in drawn_bars if b.physical_gpu_uuid in drawn_gpus],
                                              scope.from_ns, scope.to_ns)]
     gpus = sorted(col.gpus.values(), key=lambda g: (g["cluster"], g["node"] or "", g["uuid"]))
     for g in gpus:
@@ -627,8 +633,10 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "coverage": coverage, "coverage_summary": cov_summary, "gaps": gaps, "stopped": stopped,
         "stops": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())},
         "gpus": gpus, "migs": migs, "device_classes": device_classes,
-        "svgs": svgs, "legend": legend(col.bars), "timeline_drawn": len(drawn_gpus),
-        "timeline_omitted": len({b.physical_gpu_uuid for b in col.bars}) - len(drawn_gpus),
+        "svgs": svgs, "legend": legend(drawn_bars), "timeline_drawn": len(drawn_gpus),
+        "timeline_omitted": len({b.physical_gpu_uuid for b in drawn_bars}) - len(drawn_gpus),
+        "outside_tenants": sorted({b.tenant for b in beside}),
+        "cross_tenant_findings": sum(1 for f in findings if _names_two_tenants(f)),
         "claims": len({b.claim_uid for b in col.bars if b.from_ns < scope.to_ns and (b.to_ns is None or b.to_ns > scope.from_ns)}),
         "observed": observed,
         "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
@@ -681,6 +689,34 @@ def co_tenancy(segments) -> list[pop.CoTenancy]:
             out.extend(pop.CoTenancy(s.physical_gpu_uuid, ns, s.from_ns, s.to_ns,
                                      ";".join(n for n in namespaces if n != ns)) for ns in namespaces)
     return out
+
+
+def _sharing(session: Session, scope: pop.Scope, col: _Collector) -> tuple[list, list[Bar]]:
+    """(sharing intervals of the pack, bars of allocations outside the namespace scope that took part in them).
+
+    Without a namespace scope: the intervals over ``col.bars`` (every allocation in the clusters).
+    With one: computed over every namespace of the scoped clusters (``col.bars`` and the episodes
+    of ``pop.episodes_beside_scope``), then kept when a scoped namespace took part: a scoped
+    tenant's GPU was shared whoever the other tenant was, and computing over the scoped
+    namespaces alone would state that nobody else held it.
+    """
+    if not scope.namespaces:
+        return sharing_segments(col.bars, scope.from_ns, scope.to_ns), []
+    others = [col.bar(dict(zip(pop.EPISODE_COLUMNS, row))) for row in pop.episodes_beside_scope(session, scope)]
+    scoped = set(scope.namespaces)
+    kept = [s for s in sharing_segments(col.bars + others, scope.from_ns, scope.to_ns)
+            if any(claim.split("/", 1)[0] in scoped for claim in s.claims)]
+    taking_part = {(s.physical_gpu_uuid, claim) for s in kept for claim in s.claims}
+    beside = [b for b in others if (b.physical_gpu_uuid, f"{b.namespace}/{b.claim_name}") in taking_part]
+    return kept, beside
+
+
+def _names_two_tenants(finding: dict[str, Any]) -> bool:
+    """Whether a finding's subjects name two or more tenants (``subjects.tenants``, as the shipped
+    isolation rules write them): a finding about tenants sharing something."""
+    subjects = finding.get("subjects")
+    tenants = subjects.get("tenants") if isinstance(subjects, dict) else None
+    return isinstance(tenants, list) and len({json.dumps(t, sort_keys=True) for t in tenants}) > 1
 
 
 def _timeline_gpus(bars: list[Bar], segments) -> set[str]:
