@@ -94,6 +94,11 @@ def _demo_bundle(product_bundle: Path, target: Path) -> Path:
     params = data["draudit"]["params"]
     params["approved_device_classes"] = sorted(set(params["approved_device_classes"]) | {"a10g-shared-memory"})
     data_path.write_text(json.dumps(data, indent=2) + "\n")
+    # Other content, other revision: a revision names one bundle to an auditor (packs show both).
+    manifest_path = target / ".manifest"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["revision"] = f"{manifest['revision']}+demo-bank"
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     return target
 
 
@@ -177,6 +182,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         watcher.start()
         if not watcher.wait_synced(20):
             raise RuntimeError("the watcher did not sync with the fake API server")
+        synced_ns = now_ns()  # every kind is observed from here on: the pack's period starts here
         http = HttpServer(build_app(watcher.readiness, ingest_routes(settings, sessions)), "127.0.0.1", 0)
         http.start()
 
@@ -213,6 +219,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
     finally:
         if http is not None:
             http.stop()
+        stopping_ns = now_ns()  # observation ends at the stop: the pack's period ends by then
         watcher.stop()
         srv.stop()
 
@@ -226,8 +233,10 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
     t3 = time.monotonic()
     say("evaluating the Rego policies (embedded engine)", 0.8)
-    period_from = scenario.start_ns - NS_PER_S
-    period_to = min(scenario.end_ns + 5 * NS_PER_S, now_ns())  # a pack never covers time that has not happened
+    # The observed window, so the showcase pack is a fully covered one: from the moment every kind
+    # was synced (before the scenario's first change) to the stop (or 5 s after the last change).
+    period_from = synced_ns
+    period_to = min(scenario.end_ns + 5 * NS_PER_S, stopping_ns)
     bundle = load_bundle(settings.policy_bundle)
     policy_engine = make_policy_engine(None)
     policy_engine.load_bundle(bundle)
