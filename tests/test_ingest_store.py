@@ -20,6 +20,7 @@ from collector.ingest.pan import luhn_ok
 from collector.ingest.pipeline import IngestRun
 from collector.settings import Settings
 from collector.store import ledger
+from collector.store.db import make_engine
 from collector.store.models import InferenceRecord, Quarantine
 
 DATA = Path(__file__).parent / "data" / "logs"
@@ -551,3 +552,32 @@ def test_cli_refuses_an_otlp_protobuf_file_naming_it_and_the_http_endpoint(datab
     blank_lines_first.write_bytes(b"\n\n\n" + (DATA / "gelf.jsonl").read_bytes())
     result = runner.invoke(cli, ["ingest", str(blank_lines_first), "--database-url", database_url, "--output", "json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["stored"] == 2
+
+
+def test_a_file_named_by_a_relative_path_is_the_same_source_from_any_directory(database_url, tmp_path, monkeypatch):
+    # A CRI file under /var/log/pods/<ns>_<pod>_<uid>/<container>/: the path is the pod identity,
+    # and (source, line) the quarantine position, whatever directory the command ran in.
+    runner = _migrated(database_url)
+    uid = "65a064e2-a545-43d8-8e05-8a93667967d6"
+    container_dir = tmp_path / "var/log/pods" / f"risk-inference_fraud-scoring-service-h8z6kd726d-s2rld_{uid}" / "risk-api"
+    container_dir.mkdir(parents=True)
+    log = container_dir / "0.log"
+    log.write_bytes((DATA / "cri_containerd.log").read_bytes() + b"2025-03-04T10:15:09.000000000Z stdout F not json\n")
+    relative = log.relative_to(tmp_path)
+    runs = []
+    for cwd, path in ((tmp_path, relative), (container_dir, Path("0.log")), (tmp_path / "var", log.relative_to(tmp_path / "var"))):
+        monkeypatch.chdir(cwd)
+        result = runner.invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json",
+                                     "--cluster", "prod-eu"])
+        assert result.exit_code == 0, result.output
+        runs.append(json.loads(result.stdout))
+    assert runs[0]["stored"] >= 1 and runs[0]["quarantined"] >= 1
+    assert [r["stored"] for r in runs[1:]] == [0, 0] and [r["conflicts"] for r in runs] == [0, 0, 0]
+    engine = make_engine(database_url)
+    with engine.connect() as c:
+        uids = {u for (u,) in c.execute(select(InferenceRecord.pod_uid))}
+        sources = {s for (s,) in c.execute(select(Quarantine.source))}
+        quarantined = c.execute(select(func.count()).select_from(Quarantine)).scalar_one()
+    engine.dispose()
+    assert uids == {uid}
+    assert sources == {str(log)} and quarantined == runs[0]["quarantined"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 
 import click
@@ -65,7 +66,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             _ingest_with_progress(run, paths, inputs, fmt, settings.ingest_max_body_bytes)
         else:
             for path, (stream, _pos, _size) in zip(paths, inputs):
-                _ingest_one(run, stream, "stdin" if path == "-" else path, fmt, settings.ingest_max_body_bytes)
+                _ingest_one(run, stream, _source(path), fmt, settings.ingest_max_body_bytes)
         counts = run.finish()
         ended_early = [(path, read_error(stream)) for path, (stream, _pos, _size) in zip(paths, inputs)]
     finally:
@@ -104,7 +105,7 @@ def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
                   console=Console(stderr=True), transient=True) as progress:
         for path, (stream, position, size) in zip(paths, inputs):
             task = progress.add_task(path, total=size)
-            _ingest_one(run, stream, "stdin" if path == "-" else path, fmt, max_bytes,
+            _ingest_one(run, stream, _source(path), fmt, max_bytes,
                         on_line=lambda: progress.update(task, completed=position()))
             progress.update(task, completed=size or position())
 
@@ -142,6 +143,13 @@ def _refuse_protobuf(stream, source: str) -> None:
         raise UserError(f"{source}: this is binary OTLP protobuf (an ExportLogsServiceRequest), not a log file; "
                         "send it to the OTLP/HTTP endpoint instead (draudit run serves POST /v1/logs, "
                         "Content-Type: application/x-protobuf), or export OTLP/JSON to a file and ingest that")
+
+
+def _source(path: str) -> str:
+    """The source recorded for ``path``: ``stdin``, or the absolute path, so that the quarantine
+    position (source, line) and the pod identity read from ``/var/log/pods/<ns>_<pod>_<uid>/…``
+    do not depend on the directory the command ran in."""
+    return "stdin" if path == "-" else os.path.abspath(path)
 
 
 def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:
