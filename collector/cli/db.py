@@ -105,7 +105,8 @@ def ledger_verify(database_url: str | None, output: str, projections: bool, line
                    "first_break": None if brk is None else {"seq": brk.seq, "table": brk.table_name,
                                                             "key": brk.row_key, "problem": brk.problem},
                    "projections_checked": projections,
-                   "projection_differences": [{"table": d.table, "problem": d.problem, "row": repr(d.row)} for d in diffs],
+                   "projection_differences": [{"table": d.table, "problem": d.problem, "description": d.describe(),
+                                               "row": repr(d.row)} for d in diffs],
                    "lineage_checked": None if audit is None else audit.checked,
                    "lineage_differing": None if audit is None else audit.differing,
                    "lineage_first_difference": None if audit is None or audit.first is None else {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -23,20 +24,67 @@ from collector.store.models import AllocationEpisode, AllocationResult
 
 @dataclass(frozen=True)
 class ProjectionDifference:
-    """One row present on one side only: ``table``, the row (natural key form) and which side."""
+    """A stored projection row that the ledgered object versions do not produce, or the reverse.
+
+    ``row`` is the stored row (natural key form: ``episode_id`` as its episode's (cluster, claim
+    uid, first resourceVersion)), ``columns`` its column names. ``problem``:
+    ``"changed"`` (``derived`` holds the row the versions produce: same row, edited columns),
+    ``"not derivable from the object versions"`` (stored only) or ``"missing from the store"``
+    (derived only; ``row`` is the derived row).
+    """
 
     table: str
     row: tuple
-    problem: str  # "not derivable from the object versions" | "missing from the store"
+    problem: str
+    columns: tuple[str, ...] = ()
+    derived: tuple | None = None
 
     def describe(self) -> str:
-        return f"{self.table}: {self.problem}: {self.row}"
+        """One line naming the row by its first identifying columns, and for a changed row the
+        columns whose stored value differs from the derived one."""
+        if not self.columns:
+            return f"{self.table}: {self.problem}: {self.row}"
+        named = dict(zip(self.columns, self.row))
+        key = ", ".join(f"{c}={_text(named[c])}" for c in _KEY_COLUMNS if c in named)
+        if self.derived is None:
+            rest = ", ".join(f"{c}={_text(v)}" for c, v in named.items() if c not in _KEY_COLUMNS)
+            return f"{self.table} ({key}): {self.problem}: {rest}"
+        changes = "; ".join(f"{c} stored {_text(a)}, derived {_text(b)}"
+                            for c, a, b in zip(self.columns, self.row, self.derived) if a != b)
+        return f"{self.table} ({key}): changed: {changes}"
 
 
-def _snapshot(session: Session, cluster: str | None) -> dict[str, Counter]:
+# Columns that name a projection row to a reader (claim, pod or device, and its version).
+_KEY_COLUMNS = ("cluster", "namespace", "claim_namespace", "claim_name", "name", "claim_uid", "uid", "driver", "pool",
+                "device", "first_rv", "episode_id")
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, tuple) and len(value) == 3 and value[0] != "?":  # an episode's natural key
+        return "/".join(str(v) for v in value)
+    return "null" if value is None else str(value)
+
+
+def _pair_changed(table: str, columns: tuple[str, ...], extra: list[tuple], missing: list[tuple]) -> list[ProjectionDifference]:
+    """Stored-only and derived-only rows of one table, a stored row paired with the derived row it
+    agrees with on most columns (at least half) as one ``changed`` difference."""
+    diffs, unmatched = [], list(missing)
+    for row in extra:
+        best = max(unmatched, key=lambda m: sum(a == b for a, b in zip(row, m)), default=None)
+        if best is not None and 2 * sum(a == b for a, b in zip(row, best)) >= len(columns):
+            unmatched.remove(best)
+            diffs.append(ProjectionDifference(table, row, "changed", columns, best))
+        else:
+            diffs.append(ProjectionDifference(table, row, "not derivable from the object versions", columns))
+    return diffs + [ProjectionDifference(table, row, "missing from the store", columns) for row in unmatched]
+
+
+def _snapshot(session: Session, cluster: str | None) -> dict[str, tuple[tuple[str, ...], Counter]]:
     episodes = {r.id: (r.cluster, r.claim_uid, r.first_rv) for r in session.execute(
         select(AllocationEpisode.id, AllocationEpisode.cluster, AllocationEpisode.claim_uid, AllocationEpisode.first_rv))}
-    out: dict[str, Counter] = {}
+    out: dict[str, tuple[tuple[str, ...], Counter]] = {}
     for model in PROJECTION_MODELS:
         table = model.__table__
         cols = [c for c in table.columns if c.name != "id"]
@@ -53,7 +101,7 @@ def _snapshot(session: Session, cluster: str | None) -> dict[str, Counter]:
             if model is AllocationResult and cluster is not None and values[[c.name for c in cols].index("episode_id")][0] != cluster:
                 continue
             rows[tuple(values)] += 1
-        out[table.name] = rows
+        out[table.name] = (tuple(c.name for c in cols), rows)
     return out
 
 
@@ -84,11 +132,10 @@ def audit_projections(session: Session, cluster: str | None = None, limit: int =
     finally:
         savepoint.rollback()
     diffs: list[ProjectionDifference] = []
-    for table in stored:
-        extra = stored[table] - derived[table]
-        missing = derived[table] - stored[table]
-        diffs += [ProjectionDifference(table, row, "not derivable from the object versions") for row in sorted(extra, key=repr)]
-        diffs += [ProjectionDifference(table, row, "missing from the store") for row in sorted(missing, key=repr)]
+    for table, (columns, rows) in stored.items():
+        extra = sorted((rows - derived[table][1]).elements(), key=repr)
+        missing = sorted((derived[table][1] - rows).elements(), key=repr)
+        diffs += _pair_changed(table, columns, extra, missing)
     return diffs[:limit]
 
 
