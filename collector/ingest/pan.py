@@ -500,12 +500,14 @@ def _maybe_run(text: str, start: int, end: int) -> bool:
 def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str, int]:
     """``mask_text``; ``windowed``: search the runs of ``_WINDOW`` instead of the whole text
     (same result, fewer positions tried on a long line)."""
+    if len(text) < PAN_MIN_DIGITS and text.isascii():
+        return text, 0  # every form masked here (plain, dotted, track 2) has 13 digits at least
     if not text.isascii():
         if _FULLWIDTH_DIGIT.search(text):
             text = text.translate(_FULLWIDTH)
         maybe_dotted = "." in text
     else:  # every _DOTTED match looks like 1111.1111.1111 once its ASCII digits are ones
-        maybe_dotted = "." in text and (not windowed or _DOTTED_GROUPS in text.encode("ascii").translate(_DIGITS_TO_ONES))
+        maybe_dotted = "." in text and _DOTTED_GROUPS in text.encode("ascii").translate(_DIGITS_TO_ONES)
     dotted = 0
     if maybe_dotted and _DOTTED.search(text):
         text, dotted = _mask_dotted(text)
