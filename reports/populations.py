@@ -266,7 +266,7 @@ LINEAGE_COLUMNS = (
     "transaction_id", "event_time", "event_time_ns", "cluster", "pod_namespace", "pod_name", "pod_uid",
     "container_name", "model_name", "model_version", "decision", "status", "reason", "candidates", "claim_namespace",
     "claim_name", "request", "driver", "pool", "device", "device_uuid", "physical_gpu_uuid", "mig_profile",
-    "node_name", "co_tenant_namespaces", "record_id", "raw_sha256",
+    "node_name", "co_tenant_namespaces", "record_id", "raw_sha256", "conflict",
 )
 
 
@@ -310,7 +310,7 @@ def _lineage_stmt(scope: Scope, co_tenancy: bool = False):
                    l.candidates, l.claim_namespace, l.claim_name, l.request, l.driver, l.pool, l.device,
                    l.device_uuid, l.physical_gpu_uuid, l.mig_profile,
                    func.coalesce(l.node_name, i.node_name).label("node_name"), others.label("co_tenant_namespaces"),
-                   i.id.label("record_id"), i.raw_sha256)
+                   i.id.label("record_id"), i.raw_sha256, i.conflict)
             .select_from(i).outerjoin(l, l.record_id == i.id))
     if co_tenancy:
         stmt = stmt.outerjoin(CO_TENANCY, and_(c.gpu == l.physical_gpu_uuid, c.namespace == l.claim_namespace,
@@ -325,10 +325,11 @@ _LINEAGE_INT = frozenset({"event_time_ns", "candidates", "record_id"})
 def _lineage_row(r, scope: Scope) -> list[Any]:
     # Positional unpacking: this runs once per transaction (millions), attribute access costs 3x.
     (txn, t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision, status, reason, candidates,
-     claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha) = r
+     claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha,
+     conflict) = r
     return [txn, _rfc3339(t_ns), t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision,
             status, reason, candidates, claim_ns, claim, request, driver, pool, device,
-            device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha]
+            device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha, bool(conflict)]
 
 
 def _lineage_text_spec() -> list[tuple[str, str, str]]:
@@ -336,7 +337,8 @@ def _lineage_text_spec() -> list[tuple[str, str, str]]:
     spec = []
     for name in LINEAGE_COLUMNS:
         source = "event_time_ns" if name == "event_time" else name
-        kind = sqltext.TIME if name == "event_time" else sqltext.INT if name in _LINEAGE_INT else sqltext.TEXT
+        kind = (sqltext.TIME if name == "event_time" else sqltext.INT if name in _LINEAGE_INT
+                else sqltext.BOOL if name == "conflict" else sqltext.TEXT)
         spec.append((name, sqltext.column_ref("t", source), kind))
     return spec
 

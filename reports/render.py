@@ -87,7 +87,9 @@ POPULATION_ROWS = {
     "allocation_episodes": "a device allocated to a claim (allocation result), over the claim's allocation",
     "consumer_intervals": "a pod reserving an allocated claim (status.reservedFor), over that interval",
     "transaction_lineage": "a logged transaction with the pod, claim, device and physical GPU that served it, and "
-                           "the other namespaces holding that GPU at that instant (co_tenant_namespaces)",
+                           "the other namespaces holding that GPU at that instant (co_tenant_namespaces); "
+                           "conflict is true when the record repeats a transaction id stored before with "
+                           "different content",
     "findings": "a policy decision (rule, severity, subjects, evidence), once per decision",
     "coverage": "an interval in which the watcher was synced, or a gap, per cluster and kind",
     "sharing": "an interval in which two or more claims held the same physical GPU",
@@ -637,6 +639,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "timeline_omitted": len({b.physical_gpu_uuid for b in drawn_bars}) - len(drawn_gpus),
         "outside_tenants": sorted({b.tenant for b in beside}),
         "cross_tenant_findings": sum(1 for f in findings if _names_two_tenants(f)),
+        "resends": conflicting_resends(session, scope, total_txn),
         "claims": len({b.claim_uid for b in col.bars if b.from_ns < scope.to_ns and (b.to_ns is None or b.to_ns > scope.from_ns)}),
         "observed": observed,
         "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
@@ -709,6 +712,28 @@ def _sharing(session: Session, scope: pop.Scope, col: _Collector) -> tuple[list,
     taking_part = {(s.physical_gpu_uuid, claim) for s in kept for claim in s.claims}
     beside = [b for b in others if (b.physical_gpu_uuid, f"{b.namespace}/{b.claim_name}") in taking_part]
     return kept, beside
+
+
+def conflicting_resends(session: Session, scope: pop.Scope, records: int) -> dict[str, int]:
+    """Transaction ids stored more than once with different content, among the ``records``
+    transactions in scope (``pop.lineage_filter``).
+
+    The ingest writer stores a later record whose transaction id was already stored with other
+    content with ``conflict`` set (``collector.ingest.writer``), never overwriting the first. Here:
+    the ids of the flagged records in scope, then how many records in scope carry each of them.
+
+    Returns ``{"records": records, "transaction_ids": distinct ids in scope, "conflicting_ids": ids
+    with a flagged record in scope, "conflicting_records": the records in scope carrying those ids}``.
+    """
+    i, l = InferenceRecord, Lineage
+    in_scope = select(i.transaction_id).select_from(i).outerjoin(l, l.record_id == i.id).where(pop.lineage_filter(scope))
+    ids = sorted(session.execute(in_scope.where(i.conflict.is_(True)).distinct()).scalars())
+    copies = 0
+    for k in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+        copies += session.execute(select(func.count()).select_from(
+            in_scope.where(i.transaction_id.in_(ids[k:k + 500])).subquery())).scalar_one()
+    return {"records": records, "transaction_ids": records - (copies - len(ids)), "conflicting_ids": len(ids),
+            "conflicting_records": copies}
 
 
 def _names_two_tenants(finding: dict[str, Any]) -> bool:

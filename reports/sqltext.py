@@ -17,14 +17,15 @@ The text is the same on both backends and the same as the Python writers in
 - Times ``*_at``/``event_time``: RFC 3339 UTC with the nanoseconds trimmed of trailing zeros
   (``collector.timeutil.ns_to_rfc3339``), for times at or after 1970-01-01.
 
-Column kinds: ``text``, ``int`` (integers) and ``time`` (integer nanoseconds rendered as text).
+Column kinds: ``text``, ``int`` (integers), ``time`` (integer nanoseconds rendered as text) and
+``bool`` (``true``/``false`` in both files, as ``csv_field`` and JSON write Python booleans; null stays null).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-TEXT, INT, TIME = "text", "int", "time"
+TEXT, INT, TIME, BOOL = "text", "int", "time", "bool"
 SUPPORTED_DIALECTS = ("sqlite", "postgresql")
 
 
@@ -44,10 +45,17 @@ def _time_text(expr: str, dialect: str) -> str:
     return f"({seconds} || CASE WHEN {frac} = 0 THEN '' ELSE '.' || {digits} END || 'Z')"
 
 
+def _bool_text(expr: str) -> str:
+    """``true``/``false`` of a boolean ``expr`` (SQLite stores 0/1; NULL stays NULL): never quoted."""
+    return f"(CASE WHEN {expr} THEN 'true' WHEN NOT {expr} THEN 'false' END)"
+
+
 def _csv_field(expr: str, kind: str, dialect: str) -> str:
     """A field for ``printf``/``format`` ``%s`` (which renders NULL as the empty field)."""
     if kind == INT:
         return expr
+    if kind == BOOL:
+        return _bool_text(expr)
     if kind == TIME:  # digits, '-', ':', 'T', '.', 'Z': never quoted
         return _time_text(expr, dialect)
     quoted = f"'\"' || replace({expr}, '\"', '\"\"') || '\"'"
@@ -70,6 +78,8 @@ def copy_csv_value(expr: str, kind: str, dialect: str) -> str:
     _check([("field", expr, kind)], dialect)
     if kind == INT:
         return expr
+    if kind == BOOL:
+        return _bool_text(expr)
     if kind == TIME:
         return _time_text(expr, dialect)
     return f"NULLIF({expr}, '')"
@@ -90,7 +100,7 @@ def csv_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
 
     Args:
         columns: ``(output name, SQL expression, kind)`` in column order; ``kind`` is ``text``,
-            ``int`` or ``time``.
+            ``int``, ``time`` or ``bool``.
         dialect: ``sqlite`` or ``postgresql``.
 
     Raises:
@@ -113,7 +123,7 @@ def csv_plain_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) ->
     Args and errors as ``csv_line_sql``.
     """
     _check(columns, dialect)
-    args = [_time_text(e, dialect) if k == TIME else e for _n, e, k in columns]
+    args = [_time_text(e, dialect) if k == TIME else _bool_text(e) if k == BOOL else e for _n, e, k in columns]
     return _format_call(",".join(["%s"] * len(columns)), args, dialect)
 
 
@@ -126,22 +136,34 @@ def json_array_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str
     """
     _check(columns, dialect)
     if dialect == "sqlite":  # json_array: compact, json_quote escaping, NULL as null
-        return f"json_array({', '.join(_time_text(e, dialect) if k == TIME else e for _n, e, k in columns)})"
+        return f"json_array({', '.join(_sqlite_json_value(e, k) for _n, e, k in columns)})"
     values = []
     for _name, expr, kind in columns:
         if kind == INT:
             values.append(f"coalesce(CAST({expr} AS text), 'null')")
+        elif kind == BOOL:
+            values.append(f"coalesce({_bool_text(expr)}, 'null')")
         else:
             text = _time_text(expr, dialect) if kind == TIME else expr
             values.append(f"coalesce(CAST(to_json(CAST({text} AS text)) AS text), 'null')")
     return _format_call("[" + ",".join(["%s"] * len(columns)) + "]", values, dialect)
 
 
+def _sqlite_json_value(expr: str, kind: str) -> str:
+    """An argument of SQLite's ``json_array``: a boolean as JSON ``true``/``false`` (``json()`` of
+    the text; NULL stays NULL, rendered ``null``), a time as its text, others as they are."""
+    if kind == TIME:
+        return _time_text(expr, "sqlite")
+    if kind == BOOL:
+        return f"json({_bool_text(expr)})"
+    return expr
+
+
 def _check(columns: Sequence[tuple[str, str, str]], dialect: str) -> None:
     if dialect not in SUPPORTED_DIALECTS:
         raise ValueError(f"database dialect {dialect!r} is not supported (use {', '.join(SUPPORTED_DIALECTS)})")
     for name, _expr, kind in columns:
-        if kind not in (TEXT, INT, TIME):
+        if kind not in (TEXT, INT, TIME, BOOL):
             raise ValueError(f"column {name!r}: unknown kind {kind!r}")
 
 

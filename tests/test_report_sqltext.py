@@ -44,7 +44,7 @@ def _add(s, rid: int, t_ns: int, txn: str, text: str | None, status: str | None)
         cluster="prod-eu-1", pod_uid=None, pod_namespace="risk-inference", pod_name=text, container_name="scorer",
         node_name="node-a" if text is None else None, model_name=text, model_version="2026.11.3", decision=text,
         source_format="jsonl", envelope="plain", source="s.jsonl", position=str(rid), raw_sha256="ab" * 32,
-        dedup_key=f"k{rid}", conflict=False))
+        dedup_key=f"k{rid}", conflict=rid % 4 == 1))
     if status is not None:
         s.execute(insert(Lineage).values(
             record_id=rid, status=status, reason=text, candidates=rid % 3, pod_uid=f"pod-{rid}",
@@ -104,7 +104,8 @@ def test_sql_rendered_lineage_equals_python_writers(sessions, tmp_path, batch_ro
         assert o["status"] == ("exact" if k % 5 else pop.NOT_ATTRIBUTED)
         assert o["event_time"] == ns_to_rfc3339(o["event_time_ns"])
     for record, o in zip(records[1:], objects):
-        assert record == ["" if v is None else str(v) for v in o.values()]
+        assert record == ["" if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in o.values()]
+        assert o["conflict"] is (o["record_id"] % 4 == 1)
     nulls = by_txn["txn-nulls"]
     assert nulls["reason"] is None and nulls["node_name"] == "node-a" and nulls["candidates"] == 1
     assert "before-period" not in by_txn

@@ -5,10 +5,12 @@ changes outside the period. Store tests (SQLite and PostgreSQL) on the store of 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
-from sqlalchemy import update
+from sqlalchemy import insert, select, update
 
-from collector.store.models import AllocationEpisode
+from collector.store.canonical import content_hash
+from collector.store.models import AllocationEpisode, InferenceRecord
 from reports.render import PackRequest, render_pack
 from tests.pack_data import records
 from tests.test_report import CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, bundle, fill_store, ns  # noqa: F401
@@ -68,3 +70,37 @@ def test_no_two_tenants_is_never_said_beside_a_cross_tenant_finding(sessions, tm
     # a scope with no finding naming two tenants and no sharing: the sentence is true and said
     quiet = pack_for(sessions, tmp_path, bundle, "quiet", ("nobody-here",))
     assert NO_TWO_TENANTS in (quiet / "index.html").read_text()
+
+
+def _resend(sessions, txn: str, hours: float, pod: str) -> None:
+    """``txn`` stored again with different content (another pod), flagged as the ingest writer does."""
+    with sessions.begin() as s:
+        first = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == txn)).scalar_one()
+        row = {c.name: getattr(first, c.key) for c in InferenceRecord.__table__.columns if c.name != "id"}
+        row.update(event_time_ns=ns(hours), pod_name=pod, dedup_key=content_hash({"t": txn, "pod": pod}),
+                   conflict=True)
+        s.execute(insert(InferenceRecord).values(**row))
+
+
+def test_conflicting_resends_are_flagged_in_the_lineage_and_counted_apart(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    _resend(sessions, "txn-0001", 2.5, "fraud-1")  # same time, other pod: not attributed yet
+    _resend(sessions, "txn-0002", 6.0, "fraud-2")
+    _resend(sessions, "txn-9999", 6.5, "fraud-3")  # the first copy lies after the period
+    pack = pack_for(sessions, tmp_path, bundle, "pack")
+    rows = records(pack / "data/transaction_lineage.json")
+    header = (pack / "data/transaction_lineage.csv").read_text().splitlines()[0].split(",")
+    assert header[-1] == "conflict" and header.index("raw_sha256") == len(header) - 2  # appended, positions kept
+    flagged = sorted((r["transaction_id"], r["pod_name"]) for r in rows if r["conflict"] is True)
+    assert flagged == [("txn-0001", "fraud-1"), ("txn-0002", "fraud-2"), ("txn-9999", "fraud-3")]
+    assert all(r["conflict"] is False for r in rows if r["pod_name"] == "fraud-0")
+    assert len(rows) == 8 and len({r["transaction_id"] for r in rows}) == 6
+    html = (pack / "index.html").read_text()
+    assert "8 record(s) of 6 distinct transaction id(s); 3 transaction id(s) stored more than once with different " \
+           "content (conflicting re-sends, 5 records)" in section(html, "scope")
+    lineage = section(html, "lineage")
+    assert "8 transaction record(s) logged in the period (6 distinct transaction id(s))" in lineage
+    assert "Conflicting re-sends: 3 transaction id(s) were stored more than once with different content" in lineage
+    plain = pack_for(sessions, tmp_path, bundle, "before", to=PERIOD_FROM + timedelta(hours=2, minutes=15))
+    assert "No transaction id in the period was stored twice with different content" in \
+        section((plain / "index.html").read_text(), "lineage")
