@@ -102,7 +102,8 @@ def _demo_bundle(product_bundle: Path, target: Path) -> Path:
     return target
 
 
-def _steps_for_sim(steps: list[dict]):
+def steps_for_sim(steps: list[dict]):
+    """The demo timeline's steps (``{at_s, op, object}`` dicts) as ``collector.sim.scenario.Step``s."""
     from collector.sim.scenario import Step
 
     out = []
@@ -190,7 +191,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         scenario = build_timeline(start_ns, duration_s=duration_s, seed=seed)
         logs = generate_logs(scenario, out_dir / "logs", n_transactions=n_transactions, seed=seed)
         (out_dir / "logs" / "placement.json").write_text(json.dumps(scenario.placement_document(), indent=1))
-        steps = _steps_for_sim(scenario.steps)
+        steps = steps_for_sim(scenario.steps)
         say(f"playing {len(steps)} cluster changes in real time ({duration_s:.0f} s)", 0.02)
         delay_s = (start_ns - now_ns()) / NS_PER_S
         if delay_s > 0:

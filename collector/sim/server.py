@@ -218,11 +218,15 @@ class FakeApiServer:
         self._compactor: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "FakeApiServer":
-        """Bind 127.0.0.1 on a free port and serve in background threads; returns self."""
+    def start(self, port: int = 0) -> "FakeApiServer":
+        """Bind 127.0.0.1 on ``port`` (0: a free port) and serve in background threads; returns self.
+
+        Raises:
+            OSError: ``port`` cannot be bound (in use).
+        """
         if self._httpd is not None or self._port is not None:
             raise RuntimeError("FakeApiServer already started")
-        self._listen(0)
+        self._listen(port)
         if self.compaction_interval_s:
             self._compactor = threading.Thread(target=self._compact_periodically, name="fake-etcd-compactor", daemon=True)
             self._compactor.start()
