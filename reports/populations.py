@@ -89,19 +89,29 @@ OPEN_END_NS = 2**62  # stands for "still valid" when clipping open intervals
 
 @dataclass(frozen=True)
 class Scope:
-    """What a pack covers: period ``[from_ns, to_ns)`` (UTC ns), clusters and namespaces (sorted, empty = all)."""
+    """What a pack covers: period ``[from_ns, to_ns)`` (UTC ns), clusters and namespaces (sorted, empty = all).
+
+    ``stops``: cluster → its last observation when the collector stopped before the period end
+    (``collector_stops``); known once coverage is read, it marks intervals open at that instant.
+    """
 
     from_ns: int
     to_ns: int
     clusters: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = ()
     tenants: dict[str, str] = field(default_factory=dict, compare=False)
+    stops: dict[str, int] = field(default_factory=dict, compare=False)
 
     def tenant_of(self, namespace: str | None) -> str | None:
         """Tenant of a namespace: the policy bundle's mapping, else the namespace itself."""
         if namespace is None:
             return None
         return self.tenants.get(namespace, namespace)
+
+    def open_at_last_observation(self, cluster: str, valid_to_ns: int | None) -> bool:
+        """Whether an interval of ``cluster`` had not ended when its collector stopped before the
+        period end (what the HTML shows as "open at last observation"): nothing later is known."""
+        return valid_to_ns is None and cluster in self.stops
 
 
 def _overlaps(valid_from, valid_to, scope: Scope):
@@ -140,6 +150,7 @@ INVENTORY_COLUMNS = (
     "cluster", "node_name", "physical_gpu_uuid", "device_type", "device_uuid", "parent_uuid", "mig_profile",
     "product_name", "memory_bytes", "driver_version", "driver", "pool", "device", "slice_name", "pool_generation",
     "allow_multiple_allocations", "valid_from", "valid_to", "valid_from_ns", "valid_to_ns", "device_state_id",
+    "open_at_last_observation",
 )
 
 
@@ -168,7 +179,7 @@ def _inventory_row(r, scope: Scope) -> list[Any]:
     return [r.cluster, r.node_name, r.physical, r.device_type, r.uuid, r.parent_uuid, r.profile, r.product_name,
             device_memory(r.memory_bytes, r.capacity, r.driver), r.driver_version, r.driver, r.pool, r.device, r.slice_name, r.pool_generation,
             bool(r.allow_multiple_allocations), _rfc3339(r.valid_from_ns), _rfc3339(r.valid_to_ns),
-            r.valid_from_ns, r.valid_to_ns, r.id]
+            r.valid_from_ns, r.valid_to_ns, r.id, scope.open_at_last_observation(r.cluster, r.valid_to_ns)]
 
 
 # -------------------------------------------------------------------------------- allocation episodes
@@ -177,7 +188,7 @@ EPISODE_COLUMNS = (
     "cluster", "claim_namespace", "tenant", "claim_name", "claim_uid", "episode_id", "first_rv", "request",
     "driver", "pool", "device", "device_class_name", "admin_access", "share_id", "node_name", "physical_gpu_uuid",
     "device_type", "device_uuid", "mig_profile", "valid_from", "valid_to", "valid_from_ns", "valid_to_ns",
-    "allocation_result_id",
+    "allocation_result_id", "open_at_last_observation",
 )
 
 
@@ -232,7 +243,8 @@ def _episode_row(r, scope: Scope) -> list[Any]:
     return [r.cluster, r.claim_namespace, scope.tenant_of(r.claim_namespace), r.claim_name, r.claim_uid, r.episode_id,
             r.first_rv, r.request, r.driver, r.pool, r.device, r.device_class_name, bool(r.admin_access), r.share_id,
             r.node_name, r.physical, r.device_type, r.uuid, r.profile, _rfc3339(r.valid_from_ns),
-            _rfc3339(r.valid_to_ns), r.valid_from_ns, r.valid_to_ns, r.result_id]
+            _rfc3339(r.valid_to_ns), r.valid_from_ns, r.valid_to_ns, r.result_id,
+            scope.open_at_last_observation(r.cluster, r.valid_to_ns)]
 
 
 # -------------------------------------------------------------------------------- consumers
@@ -240,7 +252,7 @@ def _episode_row(r, scope: Scope) -> list[Any]:
 CONSUMER_COLUMNS = (
     "cluster", "claim_namespace", "tenant", "claim_name", "claim_uid", "episode_id", "consumer_api_group",
     "consumer_resource", "consumer_name", "consumer_uid", "valid_from", "valid_to", "valid_from_ns", "valid_to_ns",
-    "consumer_interval_id",
+    "consumer_interval_id", "open_at_last_observation",
 )
 
 
@@ -257,7 +269,8 @@ def _consumers_stmt(scope: Scope):
 def _consumer_row(r, scope: Scope) -> list[Any]:
     return [r.cluster, r.claim_namespace, scope.tenant_of(r.claim_namespace), r.claim_name, r.claim_uid, r.episode_id,
             r.consumer_api_group, r.consumer_resource, r.consumer_name, r.consumer_uid, _rfc3339(r.valid_from_ns),
-            _rfc3339(r.valid_to_ns), r.valid_from_ns, r.valid_to_ns, r.id]
+            _rfc3339(r.valid_to_ns), r.valid_from_ns, r.valid_to_ns, r.id,
+            scope.open_at_last_observation(r.cluster, r.valid_to_ns)]
 
 
 # -------------------------------------------------------------------------------- transaction lineage

@@ -555,6 +555,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     Returns (context, manifest metadata, digests of the files written)."""
     coverage = pop.coverage(session, scope)  # first: where the collector stopped bounds what the pack states
     stops = pop.collector_stops(coverage, scope)
+    # the populations flag intervals open at a stopped collector's last observation, as the HTML does
+    scope = pop.Scope(scope.from_ns, scope.to_ns, scope.clusters, scope.namespaces, scope.tenants, stops)
     col = _Collector(scope, stops)
     col.facts.stops = stops
     col.facts.scope_namespaces = scope.namespaces

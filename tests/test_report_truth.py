@@ -13,7 +13,8 @@ from collector.store.canonical import content_hash
 from collector.store.models import AllocationEpisode, InferenceRecord
 from reports.render import PackRequest, render_pack
 from tests.pack_data import records
-from tests.test_report import CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, bundle, fill_store, ns  # noqa: F401
+from tests.test_report import (CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, bundle, fill_store, ns,  # noqa: F401
+                               stop_collector)
 
 NO_TWO_TENANTS = "No two tenants held the same physical GPU at the same time."
 
@@ -104,3 +105,25 @@ def test_conflicting_resends_are_flagged_in_the_lineage_and_counted_apart(sessio
     plain = pack_for(sessions, tmp_path, bundle, "before", to=PERIOD_FROM + timedelta(hours=2, minutes=15))
     assert "No transaction id in the period was stored twice with different content" in \
         section((plain / "index.html").read_text(), "lineage")
+
+
+def test_interval_populations_flag_intervals_open_at_a_stopped_collectors_last_observation(sessions, tmp_path,
+                                                                                             bundle):
+    fill_store(sessions)  # scoring-mig (claim-3) from 08:00 and the slices are never seen ending
+    running = pack_for(sessions, tmp_path, bundle, "running")
+    stop_collector(sessions, 20)
+    stopped = pack_for(sessions, tmp_path, bundle, "stopped")
+    for name, key in (("allocation_episodes", "claim_name"), ("consumer_intervals", "claim_name"),
+                      ("inventory", "device")):
+        for pack, flagged in ((running, False), (stopped, True)):
+            rows = records(pack / f"data/{name}.json")
+            assert [r["open_at_last_observation"] for r in rows if r["valid_to"] is None] == \
+                [flagged] * sum(1 for r in rows if r["valid_to"] is None), (name, pack.name)
+            assert any(r["valid_to"] is None for r in rows), name
+            assert all(r["open_at_last_observation"] is False for r in rows if r["valid_to"] is not None), name
+    episodes = {r["claim_name"]: r for r in records(stopped / "data/allocation_episodes.json")}
+    assert episodes["scoring-mig"]["open_at_last_observation"] is True
+    assert episodes["fraud-0-gpu"]["open_at_last_observation"] is False  # released at 05:00
+    methodology = section((stopped / "index.html").read_text(), "methodology")
+    assert "open_at_last_observation = true: the cluster's collector stopped before the period end (here: " \
+           f"{CLUSTER} at 2026-11-28T20:00:00Z)" in methodology
