@@ -712,17 +712,23 @@ def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink"
 
 
 _PG_IN_TRANSACTION = 2  # libpq PQTRANS_INTRANS: idle inside a transaction block
+# Planner settings for the two COPY statements only (SET LOCAL, reset after each):
+# - enable_sort: the JSON statement's output looks narrow to the planner (a text expression,
+#   estimated at 32 bytes), so it sorted the whole population (10 M rows: ≈ 7 GB of temporary
+#   files, no row out before the sort ends) rather than read the time index in order as the CSV
+#   statement does.
+# - jit: the plans cost more than jit_optimize_above_cost, and compiling their wide expressions
+#   (inlining, optimisation) took 4.0-4.4 s per statement (EXPLAIN ANALYZE, 1 M rows, loaded
+#   host), the time the JSON text of ≈ 400 k rows takes; collector.lineage switches it off too.
+_COPY_SETTINGS = {"enable_sort": "off", "jit": "off"}
 
 
 def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterator[bytearray]:
     """``COPY (sql) TO STDOUT WITH (options)``: the output in chunks of ``batch_rows`` rows (the last
     may be shorter); each chunk is a new buffer, never changed after it is yielded."""
     with raw.cursor() as cursor:
-        # The JSON statement's output looks narrow to the planner (a text expression, estimated at
-        # 32 bytes), so it sorted the whole population (10 M rows: ≈ 7 GB of temporary files, no
-        # row out before the sort ends) rather than read the time index in order as the CSV
-        # statement does; the sort is switched off for these statements only.
-        cursor.execute("SET LOCAL enable_sort = off")
+        for setting in _COPY_SETTINGS:
+            cursor.execute(f"SET LOCAL {setting} = {_COPY_SETTINGS[setting]}")
         try:
             with cursor.copy(f"COPY ({sql}) TO STDOUT WITH ({options})", params) as copy:
                 buf, rows = bytearray(), 0
@@ -738,7 +744,8 @@ def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterat
                     yield buf
         finally:
             if raw.info.transaction_status == _PG_IN_TRANSACTION:  # not after an error: keep that one
-                cursor.execute("RESET enable_sort")
+                for setting in _COPY_SETTINGS:
+                    cursor.execute(f"RESET {setting}")
 
 
 def _copy_csv(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:

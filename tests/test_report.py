@@ -16,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pypdf import PdfReader
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from collector.cli import cli
+from collector.lineage import tolerances_in_use
 from collector.store import ledger
 from collector.store.canonical import content_hash
 from collector.store.models import (
@@ -36,8 +37,9 @@ from collector.store.models import (
     WatchState,
 )
 from collector.timeutil import dt_to_ns
+from reports import populations as pop
 from reports.manifest import load_private_key, load_public_key, manifest_bytes
-from reports.render import PackRequest, render_pack
+from reports.render import PackRequest, _lineage_summary, render_pack
 from reports.verify import verify_pack
 from tests.pack_data import records, split_table
 
@@ -641,6 +643,20 @@ def test_pack_states_the_tolerances_the_stored_lineage_was_computed_with(session
     assert result_meta(single)["clock_skew_tolerance_s"] == 0.5  # not the 2 s setting at rendering
     assert "0.5 s (the tolerance every attribution in the period was computed with)" in \
         re.sub(r"\s+", " ", (single / "index.html").read_text())
+    # counted in the lineage summary's pass exactly as collector.lineage counts them, per scope,
+    # with rows without recorded settings and transactions without a lineage row
+    with sessions.begin() as s:
+        s.execute(update(Lineage).where(Lineage.record_id == records["txn-0100"]).values(settings_id=ids[5_000_000_000]))
+        s.execute(update(Lineage).where(Lineage.record_id == records["txn-0001"]).values(settings_id=None))
+        s.execute(delete(Lineage).where(Lineage.record_id == records["txn-0002"]))
+    with sessions() as s:
+        for namespaces in ((), ("risk-inference",), ("marketing-ml",)):
+            scope = pop.Scope(dt_to_ns(PERIOD_FROM), dt_to_ns(PERIOD_TO), (CLUSTER,), namespaces)
+            summary = _lineage_summary(s, scope)
+            assert summary.tolerances == tolerances_in_use(s, pop.lineage_filter(scope)), namespaces
+            assert list(summary.tolerances) == sorted(summary.tolerances, key=lambda k: (k is None, k or 0))
+        assert _lineage_summary(s, pop.Scope(dt_to_ns(PERIOD_FROM), dt_to_ns(PERIOD_TO), (CLUSTER,), ())).tolerances \
+            == {0.5: 2, 5.0: 1, None: 1}
 
 
 def test_lineage_names_the_other_namespaces_on_the_same_gpu_at_the_transaction_time(sessions, tmp_path, bundle):
