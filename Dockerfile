@@ -9,6 +9,8 @@ COPY pyproject.toml README.md ./
 COPY collector ./collector
 COPY reports ./reports
 COPY migrations ./migrations
+# collector/policy/default_bundle links to ../../policies: the wheel carries the shipped bundle.
+COPY policies ./policies
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # --- runtime ---
@@ -30,7 +32,8 @@ COPY --from=build /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels draudit \
  && rm -rf /tmp/wheels
 
-# The policy bundle shipped with this version (policies/ is not part of the Python package).
+# The shipped bundle also at a fixed path, the default below: a ConfigMap or volume mounted there
+# (deploy/) replaces it with the bank's own bundle without rebuilding the image.
 COPY policies /opt/draudit/policies
 
 # TZ=UTC: the Kubernetes client's leader election builds naive local times (watch-semantics.md §13).
