@@ -47,7 +47,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, delete, func, insert,
+from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, case, delete, func, insert,
                         literal, literal_column, or_, select, text)
 from sqlalchemy.orm import Session, aliased
 from sqlalchemy.schema import CreateIndex, CreateTable
@@ -62,9 +62,10 @@ from collector.store.models import (
     DeviceState,
     InferenceRecord,
     Lineage,
+    Quarantine,
     WatchState,
 )
-from collector.timeutil import ns_to_rfc3339
+from collector.timeutil import ns_to_dt, ns_to_rfc3339
 from reports import sqltext
 from reports.manifest import FileDigest, Sha256
 
@@ -832,6 +833,38 @@ def coverage(session: Session, scope: Scope) -> list[dict[str, Any]]:
                     "from_rv": r.state_from_rv, "to_rv": None, "reason": r.state_reason})
     out.sort(key=lambda d: (d["cluster"], d["kind"], d["started_ns"], d["open"], d["ended_ns"] or 0))
     return out
+
+
+def quarantined(session: Session, scope: Scope) -> dict[str, Any]:
+    """Input rejected (``quarantine``) with ``received_at`` in the period, counted by stage, reason
+    code and source.
+
+    The rows carry no cluster, namespace or event time (they could not be parsed), so they are
+    counted by when they were received, whatever the pack's cluster and namespace scope. The
+    reason code is the text before the first ``:`` (the rest may quote input); the source is the
+    file name (last path component), ``http`` for every ``POST /v1/ingest`` request, or the watch
+    stream (``watch:<kind>``). No row text is read: quarantined lines may hold sensitive data.
+
+    Returns ``{"lines": total, "by_reason": [{"stage", "reason", "source", "lines"}, ...]}`` ordered
+    by stage, reason, source.
+    """
+    q = Quarantine
+    if session.get_bind().dialect.name == "postgresql":
+        code = func.split_part(q.reason, ":", 1)
+    else:
+        colon = func.instr(q.reason, ":")
+        code = case((colon > 0, func.substr(q.reason, 1, colon - 1)), else_=q.reason)
+    source = case((q.source.like("http:%"), literal("http")), else_=q.source)
+    rows = session.execute(select(q.stage, code, source, func.count())
+                           .where(q.received_at >= ns_to_dt(scope.from_ns), q.received_at < ns_to_dt(scope.to_ns))
+                           .group_by(q.stage, code, source)).all()
+    counts: dict[tuple[str, str, str], int] = {}
+    for stage, reason, src, n in rows:
+        key = (stage, reason, src if src == "http" or src.startswith("watch:") else
+               src.replace("\\", "/").rsplit("/", 1)[-1])
+        counts[key] = counts.get(key, 0) + n
+    return {"lines": sum(counts.values()),
+            "by_reason": [{"stage": k[0], "reason": k[1], "source": k[2], "lines": n} for k, n in sorted(counts.items())]}
 
 
 def coverage_summary(intervals: Sequence[dict[str, Any]], scope: Scope) -> list[dict[str, Any]]:

@@ -659,6 +659,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "findings_scope": in_scope.statement(),
         "clock_skew_tolerance_s": skew["single"],
         "clock_skew_tolerances": skew["rows"],
+        "quarantined": pop.quarantined(session, scope),
     }
     drawn_bars = col.bars + beside  # the other tenant of a shared GPU is drawn beside the scoped one
     drawn_gpus = _timeline_gpus(drawn_bars, segments)

@@ -4,16 +4,17 @@ changes outside the period. Store tests (SQLite and PostgreSQL) on the store of 
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
 from sqlalchemy import insert, select, update
 
 from collector.store.canonical import content_hash
-from collector.store.models import AllocationEpisode, InferenceRecord
+from collector.store.models import AllocationEpisode, InferenceRecord, Quarantine
 from reports.render import PackRequest, render_pack
 from tests.pack_data import records
-from tests.test_report import (CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, bundle, fill_store, ns,  # noqa: F401
+from tests.test_report import (CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, at, bundle, fill_store, ns,  # noqa: F401
                                stop_collector)
 
 NO_TWO_TENANTS = "No two tenants held the same physical GPU at the same time."
@@ -127,3 +128,38 @@ def test_interval_populations_flag_intervals_open_at_a_stopped_collectors_last_o
     methodology = section((stopped / "index.html").read_text(), "methodology")
     assert "open_at_last_observation = true: the cluster's collector stopped before the period end (here: " \
            f"{CLUSTER} at 2026-11-28T20:00:00Z)" in methodology
+
+
+def _quarantine(sessions, rows) -> None:
+    with sessions.begin() as s:
+        for k, (stage, source, reason, hours) in enumerate(rows):
+            s.execute(insert(Quarantine).values(stage=stage, source=source, position=str(k), reason=reason,
+                                                raw_text=f"secret line {k}", raw_sha256=f"{k:064x}",
+                                                received_at=at(hours), content_key=f"{k:064x}"))
+
+
+def test_quarantined_input_received_in_the_period_is_counted_by_reason_and_source(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    _quarantine(sessions, [
+        ("ingest", "/var/log/scoring/scoring.jsonl", "missing-transaction-id: no transaction id field", 2),
+        ("ingest", "/var/log/scoring/scoring.jsonl", "missing-transaction-id: no transaction id field", 3),
+        ("ingest", "/var/log/scoring/scoring.jsonl", "naive-timestamp: field 'ts': '2026-11-28 02:00'", 4),
+        ("ingest", "http:req-1", "unparseable: JSON value is not an object", 5),
+        ("ingest", "http:req-2", "unparseable: invalid JSON at character 3 (Expecting value)", 6),
+        ("watch", "watch:ResourceClaim", "undecodable: bad object", 7),
+        ("ingest", "/var/log/scoring/scoring.jsonl", "missing-transaction-id: no transaction id field", 25),  # after
+    ])
+    pack = pack_for(sessions, tmp_path, bundle, "pack", ("risk-inference",))
+    stated = json.loads((pack / "manifest.json").read_text())["quarantined"]
+    assert stated == {"lines": 6, "by_reason": [
+        {"stage": "ingest", "reason": "missing-transaction-id", "source": "scoring.jsonl", "lines": 2},
+        {"stage": "ingest", "reason": "naive-timestamp", "source": "scoring.jsonl", "lines": 1},
+        {"stage": "ingest", "reason": "unparseable", "source": "http", "lines": 2},
+        {"stage": "watch", "reason": "undecodable", "source": "watch:ResourceClaim", "lines": 1}]}
+    html = (pack / "index.html").read_text()
+    lineage = section(html, "lineage")
+    assert "6 input line(s) or object(s) received in the period were rejected and quarantined" in lineage
+    assert "ingest missing-transaction-id scoring.jsonl 2" in lineage
+    assert "secret line" not in html and "2026-11-28 02:00" not in html  # neither the text nor quoted input
+    quiet = pack_for(sessions, tmp_path, bundle, "quiet", to=PERIOD_FROM + timedelta(hours=1))
+    assert "No input received in the period was quarantined" in section((quiet / "index.html").read_text(), "lineage")
