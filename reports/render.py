@@ -40,6 +40,7 @@ from collector.store.models import (AttributionSettings, EvidencePack, Inference
                                      ObjectVersion)
 from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import populations as pop
+from reports import scope_names
 from reports.controls import SECTIONS, PackFacts, controls_document
 from reports.finding_scope import scoped_findings
 from reports.finding_text import Allocation, FindingFacts, describe, duration_text
@@ -660,6 +661,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "clock_skew_tolerance_s": skew["single"],
         "clock_skew_tolerances": skew["rows"],
         "quarantined": pop.quarantined(session, scope),
+        "scope_never_recorded": scope_names.never_recorded(session, scope.clusters, scope.namespaces).doc(),
+        "observed_before_period": scope_names.observed_before(session, scope.from_ns, scope.clusters),
     }
     drawn_bars = col.bars + beside  # the other tenant of a shared GPU is drawn beside the scoped one
     drawn_gpus = _timeline_gpus(drawn_bars, segments)

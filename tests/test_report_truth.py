@@ -8,8 +8,10 @@ import json
 import re
 from datetime import timedelta
 
+from click.testing import CliRunner
 from sqlalchemy import insert, select, update
 
+from collector.cli import cli
 from collector.store.canonical import content_hash
 from collector.store.models import AllocationEpisode, InferenceRecord, Quarantine
 from reports.render import PackRequest, render_pack
@@ -163,3 +165,39 @@ def test_quarantined_input_received_in_the_period_is_counted_by_reason_and_sourc
     assert "secret line" not in html and "2026-11-28 02:00" not in html  # neither the text nor quoted input
     quiet = pack_for(sessions, tmp_path, bundle, "quiet", to=PERIOD_FROM + timedelta(hours=1))
     assert "No input received in the period was quarantined" in section((quiet / "index.html").read_text(), "lineage")
+
+
+def test_scope_names_the_store_never_saw_are_stated_on_the_cover_and_warned_by_the_cli(sessions, tmp_path, bundle,
+                                                                                       database_url):
+    fill_store(sessions)
+    pack = pack_for(sessions, tmp_path, bundle, "typo", ("risk-inferense",), ("prod-eu-l",))
+    cover = text_of((pack / "index.html").read_text().split('<nav class="toc">')[0])
+    assert ("no object of cluster prod-eu-l was ever recorded in this store (it knows prod-eu-1); no object of "
+            "namespace risk-inferense was ever recorded in this store") in cover
+    assert json.loads((pack / "manifest.json").read_text())["scope_never_recorded"] == {
+        "clusters": ["prod-eu-l"], "namespaces": ["risk-inferense"], "known_clusters": ["prod-eu-1"]}
+    # the cluster never watched: nothing before the period either, so no "last state observed before"
+    assert "last state observed before the period" not in (pack / "index.html").read_text()
+    assert "nothing was observed before the period either" in cover
+    known = pack_for(sessions, tmp_path, bundle, "known", ("marketing-ml",))
+    assert "never recorded" not in (known / "index.html").read_text()
+    runner = CliRunner()
+    res = runner.invoke(cli, ["report", "--from", "2026-11-28", "--to", "2026-11-29", "--cluster", "prod-eu-l",
+                              "--out", str(tmp_path / "cli"), "--database-url", database_url],
+                        env={"DRAUDIT_POLICY_BUNDLE": str(bundle)})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == ["warning: no object of cluster prod-eu-l was ever recorded in this store "
+                                       "(known clusters: prod-eu-1) (the pack says so on its cover)"]
+    assert "warning" not in res.stdout
+
+
+def test_a_period_before_the_first_observation_claims_no_earlier_state(sessions, tmp_path, bundle):
+    fill_store(sessions)  # the collector first synced at 00:00 on 2026-11-28
+    early = pack_for(sessions, tmp_path, bundle, "early", frm=PERIOD_FROM - timedelta(days=300),
+                     to=PERIOD_FROM - timedelta(days=299))
+    html = (early / "index.html").read_text()
+    assert "last state observed before the period" not in html
+    assert "nothing was observed before the period either" in text_of(html.split('<nav class="toc">')[0])
+    later = pack_for(sessions, tmp_path, bundle, "later", frm=PERIOD_FROM + timedelta(days=1),
+                     to=PERIOD_FROM + timedelta(days=2))
+    assert json.loads((later / "manifest.json").read_text())["observed_before_period"] is True

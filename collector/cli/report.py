@@ -67,11 +67,16 @@ def read_public_key(path: str | os.PathLike):
 def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, archive, database_url) -> None:
     """Render a DORA/NIS2 evidence pack for a period: HTML, PDF, CSV/JSON populations, manifest."""
     from reports.render import PackRequest, render_pack
+    from reports.scope_names import never_recorded
 
     settings = settings_from(database_url=database_url, sign_key=sign_key)
     key = read_private_key(settings.sign_key) if settings.sign_key else None
     request = PackRequest(period_from, period_to, tuple(clusters), tuple(namespaces))
     _engine, sessions = open_store(settings)
+    with sessions() as session:  # a typo in a scope name would otherwise render a clean, empty pack
+        unknown = never_recorded(session, request.clusters, request.namespaces)
+    if unknown:
+        click.echo(unknown.warning(), err=True)
     result = render_pack(sessions, request, out_dir, sign_key=key, archive=archive,
                          policy_bundle=settings.policy_bundle, clock_skew_s=settings.clock_skew_s)
     click.echo(f"pack {result.pack_id} written to {result.path}{' (signed)' if result.signed else ' (not signed)'}")
