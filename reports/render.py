@@ -355,8 +355,15 @@ def _device_class_changes(session: Session, scope: pop.Scope) -> tuple[list[dict
     return changes, in_force
 
 
-def _bundle_changes(findings: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(policy bundle revision changes, the bundles that produced the findings)."""
+def _bundle_changes(findings: list[dict[str, Any]], scope: pop.Scope) -> tuple[list[dict[str, Any]],
+                                                                               list[dict[str, Any]]]:
+    """(policy bundle revision changes in the period, the bundles that produced the findings).
+
+    A change is a bundle's first evaluation; it is listed only when that instant lies in the period
+    ``[from, to)``: a period's findings are usually evaluated after it ends, and the "changes in the
+    period" table must not date a revision into it. Every bundle, with its first and last evaluation,
+    is in the second list whatever its times.
+    """
     bundles: dict[tuple[str, str], dict[str, Any]] = {}
     for f in findings:
         b = bundles.setdefault((f["bundle_revision"], f["bundle_digest"]), {
@@ -369,10 +376,15 @@ def _bundle_changes(findings: list[dict[str, Any]]) -> tuple[list[dict[str, Any]
     for b in ordered:
         b["engines"] = ", ".join(sorted(b["engines"]))
     changes = [{"change_type": "policy_bundle", "cluster": None, "subject": "policy bundle", "at": b["first"],
-                "at_ns": None, "from_value": prev["revision"] if prev else None, "to_value": b["revision"],
-                "detail": f"digest {b['digest']}", "source_id": None}
+                "at_ns": _evaluated_ns(b["first"]), "from_value": prev["revision"] if prev else None,
+                "to_value": b["revision"], "detail": f"digest {b['digest']}", "source_id": None}
                for prev, b in zip([None] + ordered[:-1], ordered)]
-    return changes, ordered
+    return [c for c in changes if scope.from_ns <= c["at_ns"] < scope.to_ns], ordered
+
+
+def _evaluated_ns(evaluated_at: str) -> int:
+    """UTC ns of a finding's ``evaluated_at`` text (``%Y-%m-%dT%H:%M:%S.%fZ``, ``reports.finding_scope``)."""
+    return dt_to_ns(datetime.strptime(evaluated_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc))
 
 
 @dataclass(frozen=True)
@@ -621,7 +633,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     col.facts.sharing = [(s.physical_gpu_uuid, s.from_ns, s.to_ns, s.claims, s.partitioned) for s in segments]
     written.append(pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments)))
     dc_changes, device_classes = _device_class_changes(session, scope)
-    bundle_changes, bundles = _bundle_changes(findings)
+    bundle_changes, bundles = _bundle_changes(findings, scope)
     changes = dc_changes + col.driver_changes() + bundle_changes
     written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
     lap("findings_coverage_sharing_changes")

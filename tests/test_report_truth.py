@@ -16,6 +16,7 @@ from collector.store.canonical import content_hash
 from collector.store.models import AllocationEpisode, InferenceRecord, Quarantine
 from reports.render import PackRequest, render_pack
 from tests.pack_data import records
+from tests.test_report_scope import add_finding
 from tests.test_report import (CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, at, bundle, fill_store, ns,  # noqa: F401
                                stop_collector)
 
@@ -201,3 +202,19 @@ def test_a_period_before_the_first_observation_claims_no_earlier_state(sessions,
     later = pack_for(sessions, tmp_path, bundle, "later", frm=PERIOD_FROM + timedelta(days=1),
                      to=PERIOD_FROM + timedelta(days=2))
     assert json.loads((later / "manifest.json").read_text())["observed_before_period"] is True
+
+
+def test_changes_in_the_period_lie_in_the_period(sessions, tmp_path, bundle):
+    fill_store(sessions)  # bundle 2026.11.2 evaluated at 26:00 and 27:00, after the period
+    with sessions.begin() as s:  # another bundle evaluated at 12:00, inside it
+        add_finding(s, "coverage/observation-gap", {"cluster": CLUSTER, "kinds": ["ResourceClaim"]}, None, CLUSTER,
+                    10, 10 + 5 / 60, severity="medium", kind="warning", evaluated=12)
+    pack = pack_for(sessions, tmp_path, bundle, "pack")
+    changes = records(pack / "data/changes.json")
+    assert changes and all(ns(0) <= c["at_ns"] < ns(24) for c in changes)
+    assert [(c["at"], c["to_value"]) for c in changes if c["change_type"] == "policy_bundle"] == [
+        ("2026-11-28T12:00:00.000000Z", "2026.11.3")]
+    assert {c["change_type"] for c in changes} == {"DeviceClass", "driver_version", "policy_bundle"}
+    text = section((pack / "index.html").read_text(), "changes")
+    assert "Policy bundles that decided the findings" in text
+    assert "2026.11.2" in text.split("Policy bundles that decided the findings")[1]  # still named with its times
