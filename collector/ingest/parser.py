@@ -358,7 +358,8 @@ class LineParser:
                                     pending.position)]
         return [self._payload(env, raw, source, position)]
 
-    def _decode_payload(self, text: str, merged: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
+    def _decode_payload(self, text: str,
+                        merged: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
         body = _strip(text)
         if body.startswith("\ufeff"):  # the application wrote a byte order mark first
             body = body[1:].lstrip()
