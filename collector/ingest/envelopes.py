@@ -222,6 +222,12 @@ def fluent(doc: dict[str, Any], kind: str, dups: dict[str, list[Any]], app_keys:
         env.payload = doc[merge_key]
         env.extras["merge_log_key"] = merge_key
         return env
+    if raw is None and isinstance(merged_log_obj, dict) and _looks_like_app(merged_log_obj, app_keys):
+        # ``log`` arrived already decoded (a parser or nest filter upstream, Fluentd's
+        # hash_value_field log): the application record itself, as under Vector's ``message``.
+        env.payload = merged_log_obj
+        env.extras["log_object"] = True
+        return env
     top = {k: v for k, v in doc.items() if k not in _FLUENT_KEYS}
     if isinstance(merged_log_obj, dict):
         top["log"] = merged_log_obj
@@ -289,6 +295,9 @@ def elastic(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
         env.fill_from_path(path)
     msg = doc.get("message")
     if isinstance(msg, str) and msg.lstrip().startswith("{"):
+        env.payload = msg
+        return env
+    if isinstance(msg, dict) and _looks_like_app(msg, app_keys):  # decode_json_fields with target "message"
         env.payload = msg
         return env
     rest = {k: v for k, v in flat.items() if not k.startswith(_ELASTIC_PREFIXES)}
