@@ -87,6 +87,10 @@ def test_masking_is_idempotent():
     ("q?pan%3D4000056655665556&x=1", "q?pan%3D400005******5556&x=1"),              # URL-encoded "="
     ("ff \uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11",
      "ff 411111******1111"),                                                        # full-width digits
+    ("card \u0664\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661",
+     "card 411111******1111"),                                                      # Arabic-Indic digits
+    ("\u096b\u096b\u0966\u0966\u0966\u0966\u096b\u096b\u096b\u096b\u096b\u096b\u096b\u096b\u096b\u096f",
+     "550000******5559"),                                                           # Devanagari digits
     ("amount 4111111111111111.0", "amount 411111******1111.0"),                     # a float's text
 ])
 def test_pan_forms_seen_in_the_wild_are_masked(text, masked):
@@ -290,3 +294,11 @@ def test_a_pan_split_between_partial_chunks_is_masked_in_quarantine(final):
     # the reassembled payload, masked: the raw chunks each hold 8 digits of the PAN
     assert out.raw_text == '{"txn_id":"T-1","m":"card 411111******1111' + (" declined\"" if final else "")
     assert parser.masker.masked == 1
+
+
+def test_digits_of_other_scripts_are_checked_by_their_value():
+    # luhn_ok read ord(ch) - 48: an Arabic-Indic PAN passed or failed at random, and was stored whole.
+    arabic = "".join(chr(0x0660 + int(c)) for c in "4111111111111111")
+    assert luhn_ok(arabic) and not luhn_ok(arabic[:-1] + chr(0x0662))
+    not_a_pan = "ref " + arabic[:-1] + chr(0x0662)  # Luhn fails: kept, digits read as ASCII
+    assert mask_text(not_a_pan) == ("ref 4111111111111112", 0)

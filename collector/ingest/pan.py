@@ -15,7 +15,8 @@ annex B), written in one of these ways:
 - in dotted 4-digit groups (``6011.0009.9013.9424``). A dot is not a separator otherwise: it
   would turn every epoch time with a fraction (``1795987769.834784``) into a candidate.
 
-Full-width digits (``４１１１…``) count as digits. Letters next to the run do not
+Decimal digits of any script (full-width ``４１１１…``, Arabic-Indic ``٤١١١…``, Devanagari…)
+count as digits, by their value: a text holding such digits is stored with them as ASCII digits. Letters next to the run do not
 protect it (``PAN4111…``, ``4111…EUR``, ``4111…DE``, ``card=4111…abc`` are masked) unless the
 letters and the run together form one hexadecimal identifier — a hex token with letters on both
 sides of the run (``ab4111…cd``) or of an identifier's length (16, 24, 32, 40, 64: span, trace,
@@ -36,6 +37,7 @@ masked too: over-masking loses a little detail, under-masking breaks the rule.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 PAN_MIN_DIGITS = 13
@@ -62,8 +64,9 @@ MIN_GROUP_DIGITS, MAX_GROUP_DIGITS = 3, 6  # digits per group when separator run
 _RUN_START = r"(?:(?<!\d)|(?<=\\u[0-9a-fA-F]{4}))(?<!\\u)(?<!\\u[0-9a-fA-F])(?<!\\u[0-9a-fA-F]{2})(?<!\\u[0-9a-fA-F]{3})"
 _CANDIDATE = re.compile(rf"{_RUN_START}\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12,}}(?!\d)")
 # Full-width digits (U+FF10..U+FF19) are read as ASCII digits before the search.
-_FULLWIDTH = {0xFF10 + i: ord("0") + i for i in range(10)}
-_FULLWIDTH_DIGIT = re.compile("[\uff10-\uff19]")
+# Any other decimal digit (Unicode Nd: Arabic-Indic, Devanagari, full-width…) is read as its ASCII
+# digit before the search, as ``\d`` reads it: the Luhn check and the masked form need its value.
+_NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}$")
 _DOTTED = re.compile(r"(?<![\d.])\d{4}(?:\.\d{4}){2,3}(?:\.\d{1,3})?(?![\d.])")
 _HEX_CHARS = frozenset("0123456789abcdefABCDEF")
@@ -188,11 +191,17 @@ def _blank_identifier(m: re.Match[str]) -> str:
     return uuid if uuid.replace("-", "").isdigit() else "U"
 
 
+def _ascii_digit(match: re.Match[str]) -> str:
+    return str(unicodedata.decimal(match.group()))
+
+
 def luhn_ok(digits: str) -> bool:
-    """True when ``digits`` (ASCII decimal digits only) passes the Luhn mod-10 check."""
+    """True when ``digits`` (decimal digits, of any script) passes the Luhn mod-10 check (ISO/IEC 7812-1 annex B)."""
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = ord(ch) - 48
+        if not 0 <= d <= 9:
+            d = unicodedata.decimal(ch)
         if i & 1:
             d *= 2
             if d > 9:
@@ -503,8 +512,8 @@ def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str
     if len(text) < PAN_MIN_DIGITS and text.isascii():
         return text, 0  # every form masked here (plain, dotted, track 2) has 13 digits at least
     if not text.isascii():
-        if _FULLWIDTH_DIGIT.search(text):
-            text = text.translate(_FULLWIDTH)
+        if _NON_ASCII_DIGIT.search(text):
+            text = _NON_ASCII_DIGIT.sub(_ascii_digit, text)
         maybe_dotted = "." in text
     else:  # every _DOTTED match looks like 1111.1111.1111 once its ASCII digits are ones
         maybe_dotted = "." in text and _DOTTED_GROUPS in text.encode("ascii").translate(_DIGITS_TO_ONES)
