@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from collector.ingest.parser import Outcome
 from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord
 from collector.store import ledger
-from collector.store.bulk import pg_copy_insert, pg_insert_staged, pg_stage, sqlite_insert_new
+from collector.store.bulk import core_bind, pg_copy_insert, pg_insert_staged, pg_stage, sqlite_insert_new
 from collector.store.canonical import content_hash
 from collector.store.models import InferenceRecord, Quarantine
 
@@ -204,7 +204,7 @@ def _write_quarantine(session: Session, rows: list[dict[str, Any]], result: Batc
     if conn.dialect.name == "postgresql":
         # COPY + INSERT … SELECT (bulk.pg_copy_insert): the multi-row VALUES statement with RETURNING
         # cost ≈ 10 ms of client CPU per batch of 40 rows. received_at bound as Core binds it.
-        at = QUARANTINE.c.received_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect) or (lambda v: v)
+        at = core_bind(QUARANTINE.c.received_at, conn.dialect)
         values = [(r["stage"], r["source"], r["position"], r["reason"], r["raw_text"], r["raw_sha256"],
                    at(r["received_at"]), r["run_id"], r["content_key"]) for r in rows]
         returned = pg_copy_insert(session, "quarantine", _QUARANTINE_COLUMNS, values, ("content_key",), ("id", "content_key"))
