@@ -704,7 +704,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "observed": observed,
         "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
-        "findings": describe(findings, col.facts, scope.tenant_of), "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
+        "findings": served_during(session, scope, describe(findings, col.facts, scope.tenant_of), stops),
+        "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
         "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
         "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
         "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments),
@@ -794,6 +795,30 @@ def conflicting_resends(session: Session, scope: pop.Scope, records: int) -> dic
             in_scope.where(i.transaction_id.in_(ids[k:k + 500])).subquery())).scalar_one()
     return {"records": records, "transaction_ids": records - (copies - len(ids)), "conflicting_ids": len(ids),
             "conflicting_records": copies}
+
+
+def served_during(session: Session, scope: pop.Scope, findings: list[dict[str, Any]],
+                  stops: dict[str, int]) -> list[dict[str, Any]]:
+    """``findings`` (described) with ``served`` set on those naming two tenants on one physical GPU
+    over an interval: the transactions in scope attributed to that GPU within the interval, clipped
+    to the period and to the cluster's last observation (``stops``); None on the others.
+
+    The figure an incident classification needs (how many transactions ran on the GPU while the
+    other tenant held it, DORA Art. 18); only the first ``FINDING_DETAIL_LIMIT`` findings, which the
+    pack spells out, are counted (one indexed range count each).
+    """
+    i, l = InferenceRecord, Lineage
+    out = []
+    for k, f in enumerate(findings):
+        served = None
+        if (k < FINDING_DETAIL_LIMIT and f.get("physical_gpu_uuid") and f.get("from_ns") is not None
+                and _names_two_tenants(f)):
+            end = min(v for v in (f.get("to_ns"), scope.to_ns, stops.get(f.get("cluster"))) if v is not None)
+            served = session.execute(select(func.count()).select_from(i).join(l, l.record_id == i.id).where(
+                pop.lineage_filter(scope), l.physical_gpu_uuid == f["physical_gpu_uuid"],
+                i.event_time_ns >= max(f["from_ns"], scope.from_ns), i.event_time_ns < end)).scalar_one()
+        out.append({**f, "served": served})
+    return out
 
 
 def _names_two_tenants(finding: dict[str, Any]) -> bool:

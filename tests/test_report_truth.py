@@ -218,3 +218,12 @@ def test_changes_in_the_period_lie_in_the_period(sessions, tmp_path, bundle):
     text = section((pack / "index.html").read_text(), "changes")
     assert "Policy bundles that decided the findings" in text
     assert "2026.11.2" in text.split("Policy bundles that decided the findings")[1]  # still named with its times
+
+
+def test_a_sharing_finding_states_the_transactions_served_on_its_gpu_in_its_interval(sessions, tmp_path, bundle):
+    fill_store(sessions)  # the cross-tenant finding: H100, 03:00–04:00; txn-0002 at 03:30 on it, txn-0001 at 02:30
+    for label, namespaces, served in (("all", (), 1), ("marketing", ("marketing-ml",), 0)):
+        pack = pack_for(sessions, tmp_path, bundle, label, namespaces)
+        text = section((pack / "index.html").read_text(), "findings")
+        assert f"Transactions served on this GPU in the interval {served} (in this pack's scope and period" in text
+        assert text.count("Transactions served on this GPU") == 1  # the watch-gap finding names no GPU
