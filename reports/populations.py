@@ -867,8 +867,13 @@ def quarantined(session: Session, scope: Scope) -> dict[str, Any]:
             "by_reason": [{"stage": k[0], "reason": k[1], "source": k[2], "lines": n} for k, n in sorted(counts.items())]}
 
 
+# The kinds the watcher records (collector.kube.discovery.watched_kinds).
+WATCHED_KINDS = ("DeviceClass", "Pod", "ResourceClaim", "ResourceSlice")
+
+
 def coverage_summary(intervals: Sequence[dict[str, Any]], scope: Scope) -> list[dict[str, Any]]:
     """Per (cluster, kind): seconds synced, in gaps, with the collector not running, and unobserved.
+    A cluster named in the scope with no interval at all gets a row per watched kind, all unobserved.
 
     Intervals are clipped to the period; an open interval runs to the period end. ``gap`` intervals
     (the watch stream lost while the collector ran) count as ``gap_s`` and ``gaps``; ``stopped``
@@ -893,6 +898,13 @@ def coverage_summary(intervals: Sequence[dict[str, Any]], scope: Scope) -> list[
             s["gaps"] += 1
         elif state == STOPPED and iv["ended_ns"] is None:
             s["stopped_at_ns"] = iv["started_ns"]
+    # A cluster in scope with no coverage row at all was never watched: each kind unobserved for the
+    # whole period (it must lower the controls like any unobserved kind, not vanish from the table).
+    for cluster in scope.clusters:
+        if not any(c == cluster for c, _kind in by_kind):
+            for kind in WATCHED_KINDS:
+                by_kind[(cluster, kind)] = {"cluster": cluster, "kind": kind, "synced": [], "gap": [], "stopped": [],
+                                            "gaps": 0, "stopped_at_ns": None}
     out = []
     for key in sorted(by_kind):
         s = by_kind[key]

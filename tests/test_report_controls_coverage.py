@@ -55,3 +55,20 @@ def test_a_pack_for_a_period_after_the_collector_stopped_does_not_call_controls_
     assert (monitoring["status"], monitoring["ceiling"]) == (NOT, EVIDENCED)
     assert any("was not synced at any time in the period" in r for r in monitoring["status_reasons"])
     assert not [i for i in OBSERVED if by_id[i]["status"] != NOT]
+
+
+def test_a_pack_over_a_watched_cluster_and_one_never_watched_is_partial_not_unevidenced(sessions, tmp_path, bundle):
+    # The renderer says what was observed: one cluster synced the whole period, the other never.
+    from tests.test_report import PERIOD_FROM
+    fill_store(sessions)
+    pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER, "bank-eu-inference-2")), tmp_path / "two",
+                       policy_bundle=bundle, pdf=False, record=False)
+    monitoring = {c["id"]: c for c in json.loads((pack.path / "controls.json").read_text())["controls"]}[MONITORING]
+    assert monitoring["status"] == PARTIAL
+    assert any("bank-eu-inference-2 was not synced at any time in the period" in r for r in monitoring["status_reasons"])
+
+
+def test_the_pack_knows_the_kinds_the_watcher_records():
+    from collector.kube.discovery import watched_kinds
+    from reports.populations import WATCHED_KINDS
+    assert set(WATCHED_KINDS) == {k.kind for k in watched_kinds("v1")}
