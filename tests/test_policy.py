@@ -282,3 +282,22 @@ def test_allocations_still_held_end_where_the_resourceclaim_watch_stopped(sessio
     result = evaluate_period(sessions, bundle, regorus_engine, *DAY, now_ns=at(12 * H))
     [sharing] = [f for f in result.findings if f["rule"] == "isolation/cross-tenant-sharing"]
     assert sharing["to_ns"] == at(9 * H + 600)
+
+
+def test_a_manual_evaluation_of_a_one_cluster_store_restates_the_schedulers_findings(database_url, sessions, planted,
+                                                                                      bundle, regorus_engine,
+                                                                                      monkeypatch):
+    # `draudit run` evaluates its own cluster; `draudit policy eval` without --cluster used to store
+    # the same decisions under no cluster, so every pack listed each of them twice.
+    from test_policy_support import CLUSTER
+    monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
+    scheduled = evaluate_period(sessions, bundle, regorus_engine, *DAY, CLUSTER)
+    args = ["policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]), "--database-url", database_url]
+    manual = CliRunner().invoke(cli, args)
+    assert manual.exit_code == 0, manual.output
+    assert f"{len(scheduled.findings)} findings (0 new)" in manual.output
+    with sessions() as s:
+        assert set(s.execute(select(Finding.cluster)).scalars()) == {CLUSTER}
+    monkeypatch.setenv("DRAUDIT_CLUSTER", "prod-eu-2")  # as `draudit run` and `ingest` read it
+    other = CliRunner().invoke(cli, args)
+    assert other.exit_code == 0 and "0 findings (0 new)" in other.output  # prod-eu-2 holds nothing

@@ -71,6 +71,25 @@ def policy_check(bundle_dir: Path) -> None:
                f"  decision packages: {', '.join(bundle.decision_packages)}\n  digest sha256:{bundle.digest}")
 
 
+def _default_cluster(sessions) -> str | None:
+    """The cluster an evaluation without ``--cluster`` is about: ``DRAUDIT_CLUSTER`` when set (as
+    ``draudit run`` evaluates), else the store's only cluster, else None (all clusters).
+
+    A finding's identity includes the evaluated cluster: the scheduler's rows (its cluster) and a
+    manual evaluation of the same one-cluster store (no cluster) must be the same decisions, not
+    two findings each in every pack.
+    """
+    import os
+
+    from reports.scope_names import known_clusters
+
+    if os.environ.get("DRAUDIT_CLUSTER", "").strip():
+        return os.environ["DRAUDIT_CLUSTER"].strip()
+    with sessions() as session:
+        clusters = known_clusters(session)
+    return clusters[0] if len(clusters) == 1 else None
+
+
 def _time(value: str | None, flag: str):
     if value is None:
         return None
@@ -85,7 +104,8 @@ def _time(value: str | None, flag: str):
 @click.option("--to", "to", default=None, metavar="TIME", help="Period end, exclusive (default: now).")
 @click.option("--bundle", "bundle_dir", default=None, type=click.Path(path_type=Path),
               help="OPA bundle directory (env DRAUDIT_POLICY_BUNDLE; default: the shipped policies/).")
-@click.option("--cluster", default=None, help="Only this cluster (default: all clusters in the store).")
+@click.option("--cluster", default=None,
+              help="Only this cluster (default: env DRAUDIT_CLUSTER, else the store's only cluster, else all clusters).")
 @_opa_url_option
 @database_option
 @output_option
@@ -107,6 +127,7 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     engine = make_policy_engine(settings.opa_url, settings.opa_timeout_s)
     engine.load_bundle(bundle)
     _engine, sessions = open_store(settings)
+    cluster = cluster or _default_cluster(sessions)
     result = evaluate_period(sessions, bundle, engine, dt_to_ns(start), dt_to_ns(end), cluster)
     if output == "json":
         echo_json([{"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "subjects": f["subjects"],
@@ -126,7 +147,7 @@ commands = [policy_group]
 
 
 def _news(result) -> str:
-    """"N new" and, when some rows only moved the end of an interval still open (to the new last
-    observation, or to an earlier --to), "M updated"."""
+    """"N new" and, when some rows re-state a decision stored before (same rule, cluster, subjects,
+    start and bundle: over another period, or an interval still open with a moved end), "M re-stated"."""
     fresh = f"{result.inserted - result.updated} new"
-    return fresh if not result.updated else f"{fresh}, {result.updated} updated: still open, end moved"
+    return fresh if not result.updated else f"{fresh} decisions, {result.updated} re-stated: stored before, kept as one finding"
