@@ -64,13 +64,15 @@ def _c(regulation: str, article: str, requirement: str, status: str, sections: l
        note: str, needs: tuple[str, ...] = ()) -> dict[str, Any]:
     """One control; ``status`` is the most this tool can evidence, ``needs`` what the pack must hold for it
     (plus complete coverage when a section is in ``OBSERVED_SECTIONS``, and an evaluated policy bundle
-    when ``findings`` is one of its sections, unless the findings population is needed already: no
-    finding means no bundle evaluation either, one reason is enough)."""
+    when ``findings`` is one of its sections: a period evaluated without a finding is the compliant
+    case and evidences the policy controls; the findings population is needed only where a finding
+    itself is the evidence)."""
     derived = ((COVERAGE_COMPLETE,) if OBSERVED_SECTIONS & set(sections) else ()) + \
               ((POLICY_EVALUATED,) if "findings" in sections and "findings" not in needs else ())
+    evidence = tuple(n for n in needs if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE))
     needs = needs + tuple(n for n in derived if n not in needs)
     return {"regulation": regulation, "article": article, "requirement": requirement, "status": status,
-            "sections": sections, "files": files, "note": note, "needs": needs}
+            "sections": sections, "files": files, "note": note, "needs": needs, "evidence": evidence}
 
 
 DORA = "DORA (EU) 2022/2554"
@@ -141,16 +143,16 @@ CONTROLS: list[dict[str, Any]] = [
        "Watch gaps are recorded per kind and shown; policy findings flag them.", needs=(COVERAGE_RECORDED,)),
     _c(NIS2, "Art. 21(2)(a)", "Risk analysis and information system security policies",
        EVIDENCED, ["findings", "changes"], FINDINGS + CHANGES,
-       "The policy bundle revisions in force and their findings.", needs=("findings",)),
+       "The policy bundle revisions in force and their findings.", needs=(POLICY_EVALUATED,)),
     _c(NIS2, "Art. 21(2)(b)", "Incident handling",
-       PARTIAL, ["findings"], FINDINGS, "Findings feed incident handling; incident records are outside draudit.", needs=("findings",)),
+       PARTIAL, ["findings"], FINDINGS, "Findings feed incident handling; incident records are outside draudit.", needs=(POLICY_EVALUATED,)),
     _c(NIS2, "Art. 21(2)(c)", "Business continuity: backups, disaster recovery, crisis management",
        NOT, [], [], "Not collected."),
     _c(NIS2, "Art. 21(2)(d)", "Supply-chain security", NOT, [], [], "Provider and supplier data are not collected."),
     _c(NIS2, "Art. 21(2)(e)", "Security in acquisition, development and maintenance",
        PARTIAL, ["changes", "inventory"], CHANGES + INVENTORY, "Driver versions and their changes; vulnerability data is not collected.", needs=("inventory",)),
     _c(NIS2, "Art. 21(2)(f)", "Assess the effectiveness of risk-management measures",
-       EVIDENCED, ["findings", "coverage"], FINDINGS + COVERAGE, "Continuous policy evaluation with stated coverage.", needs=("findings", COVERAGE_COMPLETE)),
+       EVIDENCED, ["findings", "coverage"], FINDINGS + COVERAGE, "Continuous policy evaluation with stated coverage.", needs=(POLICY_EVALUATED, COVERAGE_COMPLETE)),
     _c(NIS2, "Art. 21(2)(g)", "Basic cyber hygiene and training", NOT, [], [], "Not collected."),
     _c(NIS2, "Art. 21(2)(h)", "Cryptography and encryption",
        PARTIAL, ["integrity"], INTEGRITY, "Digests and, when signed, an Ed25519 signature protect this pack; encryption of the bank's "
@@ -194,8 +196,8 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
         return None if facts.signed else ("the pack is not signed (no manifest.sig): its digests show integrity, "
                                           "not who issued it")
     if need == POLICY_EVALUATED:
-        return None if facts.bundles else ("no policy bundle was evaluated over the period (no finding from any "
-                                           "bundle): nothing was checked against the policies")
+        return None if facts.bundles else ("no policy bundle was evaluated over the period (no evaluation "
+                                           "recorded): nothing was checked against the policies")
     if need == COVERAGE_RECORDED:
         return None if facts.lowest_synced else "no observation coverage recorded in the period"
     if need == COVERAGE_COMPLETE:
@@ -226,7 +228,9 @@ def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list
         return NOT, []
     needs = control["needs"]
     reasons = [r for r in (_unmet(n, facts) for n in needs) if r]
-    populations = [n for n in needs if n not in (SIGNED, COVERAGE_RECORDED, COVERAGE_COMPLETE, POLICY_EVALUATED)]
+    # What the control's evidence consists of, as declared: populations, or a recorded policy
+    # evaluation (evidence also when it found nothing). When none of it is there: not evidenced.
+    populations = control["evidence"]
     empty = populations and all(_unmet(n, facts) for n in populations)
     unrecorded = COVERAGE_RECORDED in needs and facts.lowest_synced is None
     unobserved = COVERAGE_COMPLETE in needs and not facts.observed_in_period()
@@ -246,7 +250,7 @@ def controls_document(facts: PackFacts) -> dict[str, Any]:
     for c in CONTROLS:
         files = [f for f in c["files"] if facts.signed or f != "manifest.sig"]
         status, reasons = control_status(c, facts)
-        entry = {k: v for k, v in c.items() if k != "needs"}
+        entry = {k: v for k, v in c.items() if k not in ("needs", "evidence")}
         controls.append({"id": f"{c['regulation']} {c['article']}", **entry, "files": files, "status": status,
                          "status_reasons": reasons, "ceiling": c["status"],
                          "section_titles": [SECTION_TITLES[s] for s in c["sections"]]})

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from collector.policy.findings import finding_identity
 from collector.store.models import (AllocationEpisode, AllocationResult, CoverageInterval, Finding, InferenceRecord,
+                                     PolicyEvaluation,
                                     Lineage)
 from collector.timeutil import ns_to_rfc3339
 from reports.populations import SEVERITY_ORDER, Scope
@@ -148,6 +149,19 @@ class _EvidenceIndex:
             if isinstance(ref, str) and "/" in ref:
                 clusters.add(ref.rsplit("/", 1)[0])
         return clusters, namespaces
+
+
+def scoped_evaluations(session: Session, scope: Scope) -> list[dict[str, Any]]:
+    """Policy evaluations whose period overlaps the pack's, of a cluster in scope or of all clusters,
+    oldest first: ``{bundle_revision, bundle_digest, engine, evaluated_at (RFC 3339 text, as findings
+    carry it), findings}``. They say which bundles checked the period, also when nothing was found."""
+    e = PolicyEvaluation
+    where = [e.period_from_ns < scope.to_ns, e.period_to_ns > scope.from_ns]
+    if scope.clusters:
+        where.append(or_(e.cluster.in_(scope.clusters), e.cluster.is_(None)))
+    rows = session.execute(select(e).where(*where).order_by(e.evaluated_at, e.id)).scalars()
+    return [{"bundle_revision": r.bundle_revision, "bundle_digest": r.bundle_digest, "engine": r.engine,
+             "evaluated_at": r.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "findings": r.findings} for r in rows]
 
 
 def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:

@@ -42,7 +42,7 @@ from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import populations as pop
 from reports import scope_names
 from reports.controls import SECTIONS, PackFacts, controls_document
-from reports.finding_scope import scoped_findings
+from reports.finding_scope import scoped_evaluations, scoped_findings
 from reports.finding_text import Allocation, FindingFacts, describe, duration_text
 from reports.manifest import (
     FileDigest,
@@ -355,9 +355,13 @@ def _device_class_changes(session: Session, scope: pop.Scope) -> tuple[list[dict
     return changes, in_force
 
 
-def _bundle_changes(findings: list[dict[str, Any]], scope: pop.Scope) -> tuple[list[dict[str, Any]],
-                                                                               list[dict[str, Any]]]:
-    """(policy bundle revision changes in the period, the bundles that produced the findings).
+def _bundle_changes(findings: list[dict[str, Any]], evaluations: list[dict[str, Any]],
+                    scope: pop.Scope) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(policy bundle revision changes in the period, the bundles evaluated over it).
+
+    A bundle counts when it produced a finding of the pack or was evaluated over the period
+    (``policy_evaluations``, also when it found nothing: the compliant case); ``findings`` is the
+    number of the pack's findings it decided.
 
     A change is a bundle's first evaluation; it is listed only when that instant lies in the period
     ``[from, to)``: a period's findings are usually evaluated after it ends, and the "changes in the
@@ -365,13 +369,14 @@ def _bundle_changes(findings: list[dict[str, Any]], scope: pop.Scope) -> tuple[l
     is in the second list whatever its times.
     """
     bundles: dict[tuple[str, str], dict[str, Any]] = {}
-    for f in findings:
+    for f in [*findings, *evaluations]:
         b = bundles.setdefault((f["bundle_revision"], f["bundle_digest"]), {
             "revision": f["bundle_revision"], "digest": f["bundle_digest"], "first": f["evaluated_at"],
             "last": f["evaluated_at"], "findings": 0, "engines": set()})
         b["first"], b["last"] = min(b["first"], f["evaluated_at"]), max(b["last"], f["evaluated_at"])
-        b["findings"] += 1
         b["engines"].add(f["engine"])
+    for f in findings:
+        bundles[(f["bundle_revision"], f["bundle_digest"])]["findings"] += 1
     ordered = sorted(bundles.values(), key=lambda b: (b["first"], b["revision"], b["digest"]))
     for b in ordered:
         b["engines"] = ", ".join(sorted(b["engines"]))
@@ -633,7 +638,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     col.facts.sharing = [(s.physical_gpu_uuid, s.from_ns, s.to_ns, s.claims, s.partitioned) for s in segments]
     written.append(pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments)))
     dc_changes, device_classes = _device_class_changes(session, scope)
-    bundle_changes, bundles = _bundle_changes(findings, scope)
+    bundle_changes, bundles = _bundle_changes(findings, scoped_evaluations(session, scope), scope)
     changes = dc_changes + col.driver_changes() + bundle_changes
     written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
     lap("findings_coverage_sharing_changes")

@@ -72,3 +72,32 @@ def test_the_pack_knows_the_kinds_the_watcher_records():
     from collector.kube.discovery import watched_kinds
     from reports.populations import WATCHED_KINDS
     assert set(WATCHED_KINDS) == {k.kind for k in watched_kinds("v1")}
+
+
+def test_a_period_evaluated_without_findings_is_stated_as_checked(sessions, tmp_path, bundle):
+    # The compliant case: a bundle ran over the period and found nothing. The pack names the bundle
+    # and the policy controls rest on that evaluation instead of saying nothing was checked.
+    from collector.policy.bundle import load_bundle
+    from collector.policy.findings import record_evaluation
+    from collector.timeutil import dt_to_ns, utcnow
+    fill_store(sessions)
+    from pathlib import Path
+    loaded = load_bundle(Path(__file__).resolve().parent.parent / "policies")
+    with sessions.begin() as s:
+        record_evaluation(s, loaded, "regorus", CLUSTER, dt_to_ns(PERIOD_TO), dt_to_ns(PERIOD_TO + timedelta(hours=1)),
+                          utcnow(), 0)
+    later = (PERIOD_TO, PERIOD_TO + timedelta(hours=1))
+    pack = render_pack(sessions, PackRequest(*later, (CLUSTER,)), tmp_path / "clean", policy_bundle=bundle, pdf=False,
+                       record=False)
+    html = (pack.path / "index.html").read_text()
+    assert loaded.revision in html.split("Policy bundles evaluated over the period")[1]
+    by_id = {c["id"]: c for c in json.loads((pack.path / "controls.json").read_text())["controls"]}
+    policies = by_id["NIS2 (EU) 2022/2555 Art. 21(2)(a)"]
+    assert not any("no policy bundle was evaluated" in r for r in policies["status_reasons"])
+    assert json.loads((pack.path / "data" / "findings.json").read_text())["data"] == []
+    # and a period nobody evaluated still says so
+    unchecked = render_pack(sessions, PackRequest(PERIOD_TO + timedelta(hours=2), PERIOD_TO + timedelta(hours=3),
+                                                  (CLUSTER,)), tmp_path / "unchecked", policy_bundle=bundle,
+                            pdf=False, record=False)
+    by_id = {c["id"]: c for c in json.loads((unchecked.path / "controls.json").read_text())["controls"]}
+    assert by_id["NIS2 (EU) 2022/2555 Art. 21(2)(a)"]["status"] == NOT

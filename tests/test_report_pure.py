@@ -210,13 +210,19 @@ def test_controls_resting_on_findings_or_observation_are_lowered_for_the_same_re
     doc = controls_document(PackFacts(True, counts, (0.031, "bank-eu-inference-1", "Pod"), bundles=0))
     by_id = {c["id"]: c for c in doc["controls"]}
     coverage = "observation coverage is partial: Pod in bank-eu-inference-1 synced for 3.1 % of the period (section 2)"
-    no_policy = ("no policy bundle was evaluated over the period (no finding from any bundle): nothing was checked "
+    no_policy = ("no policy bundle was evaluated over the period (no evaluation recorded): nothing was checked "
                  "against the policies")
     for control in ("RTS (EU) 2024/1774 Art. 23", "DORA (EU) 2022/2554 Art. 10(1)", "DORA (EU) 2022/2554 Art. 9(4)(b)"):
         assert (by_id[control]["status"], by_id[control]["status_reasons"]) == ("partially evidenced",
                                                                               [coverage, no_policy]), control
-    assert by_id["NIS2 (EU) 2022/2555 Art. 21(2)(f)"]["status_reasons"] == [
-        "no policy finding rows in the period (data/findings.csv is empty)", coverage]
+    assert (by_id["NIS2 (EU) 2022/2555 Art. 21(2)(f)"]["status"],
+            by_id["NIS2 (EU) 2022/2555 Art. 21(2)(f)"]["status_reasons"]) == (NOT, [no_policy, coverage])
+    # a bundle evaluated over a fully observed period that found nothing: the compliant case evidences them
+    clean = {c["id"]: c for c in controls_document(PackFacts(True, counts, (1.0, "bank-eu-inference-1", "Pod"),
+                                                             bundles=1))["controls"]}
+    for control in ("NIS2 (EU) 2022/2555 Art. 21(2)(a)", "NIS2 (EU) 2022/2555 Art. 21(2)(f)",
+                    "NIS2 (EU) 2022/2555 Art. 21(2)(b)"):
+        assert (clean[control]["status"], clean[control]["status_reasons"]) == (clean[control]["ceiling"], []), control
     # with a bundle evaluated and complete coverage, the same controls are evidenced without reasons
     doc = controls_document(PackFacts(True, {**counts, "findings": 3}, (1.0, "bank-eu-inference-1", "Pod"), bundles=1))
     assert all((c["status"], c["status_reasons"]) == ("evidenced", []) for c in doc["controls"]

@@ -216,8 +216,8 @@ def test_changes_in_the_period_lie_in_the_period(sessions, tmp_path, bundle):
         ("2026-11-28T12:00:00.000000Z", "2026.11.3")]
     assert {c["change_type"] for c in changes} == {"DeviceClass", "driver_version", "policy_bundle"}
     text = section((pack / "index.html").read_text(), "changes")
-    assert "Policy bundles that decided the findings" in text
-    assert "2026.11.2" in text.split("Policy bundles that decided the findings")[1]  # still named with its times
+    assert "Policy bundles evaluated over the period" in text
+    assert "2026.11.2" in text.split("Policy bundles evaluated over the period")[1]  # still named with its times
 
 
 def test_a_sharing_finding_states_the_transactions_served_on_its_gpu_in_its_interval(sessions, tmp_path, bundle):

@@ -30,7 +30,7 @@ from collector.policy.engines import PolicyEngine
 from collector.policy.facts import build_facts
 from collector.store import ledger
 from collector.store.canonical import content_hash
-from collector.store.models import Finding
+from collector.store.models import Finding, PolicyEvaluation
 from collector.timeutil import utcnow
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -154,6 +154,21 @@ def store_findings(session: Session, rows: list[dict[str, Any]]) -> tuple[list[d
     return [by_key[k] for k in keys], len(inserted)
 
 
+def record_evaluation(session: Session, bundle: Bundle, engine_name: str, cluster: str | None, period_from_ns: int,
+                      period_to_ns: int, evaluated_at: datetime, findings: int) -> int:
+    """Store (and ledger) that ``bundle`` was evaluated over ``[period_from_ns, period_to_ns)`` for
+    ``cluster`` (None: all) at ``evaluated_at`` and returned ``findings`` decisions; returns its id.
+
+    Packs read these to state which bundles checked the period, also when nothing was found.
+    """
+    row = {"cluster": cluster, "period_from_ns": period_from_ns, "period_to_ns": period_to_ns,
+           "bundle_revision": bundle.revision, "bundle_digest": bundle.digest, "engine": engine_name,
+           "evaluated_at": evaluated_at, "findings": findings}
+    evaluation_id = session.execute(insert(PolicyEvaluation).returning(PolicyEvaluation.id), [row]).scalar_one()
+    ledger.append(session, "policy_evaluations", [{**row, "id": evaluation_id}])
+    return evaluation_id
+
+
 def evaluate_period(sessions: sessionmaker[Session], bundle: Bundle, engine: PolicyEngine, period_from_ns: int,
                     period_to_ns: int, cluster: str | None = None, *, now_ns: int | None = None) -> Evaluation:
     """Facts for the period → ``engine`` (with ``bundle`` loaded) → stored findings, in one transaction.
@@ -173,6 +188,7 @@ def evaluate_period(sessions: sessionmaker[Session], bundle: Bundle, engine: Pol
         rows = to_rows(results, bundle, engine.name, cluster, period_from_ns, period_to_ns, evaluated_at)
         prior = _stored_identities(session, rows)
         stored, inserted = store_findings(session, rows)
+        record_evaluation(session, bundle, engine.name, cluster, period_from_ns, period_to_ns, evaluated_at, len(rows))
         updated = sum(1 for r in rows if r["finding_key"] not in prior.get(row_identity(r), {r["finding_key"]}))
         stored_done = time.perf_counter()
     counts = {"allocations": sum(len(g["allocations"]) for g in facts["allocation_groups"]), "overlaps": len(facts["overlaps"]),

@@ -564,6 +564,28 @@ class Finding(Base):
     evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class PolicyEvaluation(Base):
+    """One evaluation of a policy bundle over a period, whatever it found (possibly nothing).
+
+    A period evaluated with no finding is the compliant case: without this record a pack could not
+    tell it from a period never checked (DORA Art. 9(1), NIS2 Art. 21(2)(f): effectiveness of
+    measures assessed). Ledgered like findings; ``findings`` is the number of decisions returned.
+    """
+
+    __tablename__ = "policy_evaluations"
+    __table_args__ = (Index("ix_policy_evaluations_period", "period_from_ns", "period_to_ns"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    period_from_ns: Mapped[int] = mapped_column(BigInteger)
+    period_to_ns: Mapped[int] = mapped_column(BigInteger)
+    bundle_revision: Mapped[str] = mapped_column(String(128))
+    bundle_digest: Mapped[str] = mapped_column(String(64))
+    engine: Mapped[str] = mapped_column(String(32))
+    evaluated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    findings: Mapped[int] = mapped_column(Integer)
+
+
 class EvidencePack(Base):
     """An evidence pack that was rendered: its id, period, where it was written, its manifest digest."""
 
