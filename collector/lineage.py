@@ -77,7 +77,10 @@ over kinds). Once the horizon has passed ``t + settle_s`` the row is settled and
 (bounded work). Only rows whose verdict changed are rewritten (their ``attributed_at`` moves),
 so a run without new records or new history writes nothing. ``exact`` rows are not revisited;
 a history correction is what ``all=True`` is for. A cluster the watcher never recorded has no
-horizon: its rows are settled (coverage cannot start before the first watch).
+horizon: its rows are settled (coverage cannot start before the first watch). Because exact rows
+are final, a record later than a *live* cluster's horizon − skew (every kind synced: the history
+still arrives) is not attributed yet — it stays pending until the horizon has passed ``t + skew``;
+a transition committed late inside its window then makes it ``ambiguous`` as it must.
 
 Settings: each run records its clock-skew tolerance, default cluster and serving-container pins
 once in ``attribution_settings`` and each row it writes names them (``lineage.settings_id``):
@@ -885,13 +888,14 @@ class _Run:
         written: dict[tuple[str, str | None], int] = {}
         if lo is None:
             return written
+        unsettled = self.not_yet_observed()
         for start in range(lo, hi + 1, chunk_records):
             end = start + chunk_records
             done = self.s.execute(select(func.max(L.c.record_id)).where(
                 L.c.record_id >= start, L.c.record_id < end)).scalar()
             parts = [(start, end, False)] if done is None else [(start, done, True), (done + 1, end, False)]
             for a, b, anti in parts:
-                where = [R.c.id >= a, R.c.id < b]
+                where = [R.c.id >= a, R.c.id < b, *unsettled]
                 if anti:
                     where.append(~exists().where(L.c.record_id == R.c.id))
                 if not self.build_timeline([select(*_record_key(self.cluster), R.c.event_time_ns.label("t"))
@@ -901,6 +905,20 @@ class _Run:
                 for k, n in got.items():
                     written[k] = written.get(k, 0) + n
         return written
+
+    def not_yet_observed(self) -> list[ColumnElement[bool]]:
+        """Conditions leaving out the records whose verdict the live watcher cannot know yet.
+
+        A record at ``t`` depends on every transition up to ``t + skew`` (the skew window): while a
+        cluster's watch is live (every kind synced), a record later than its horizon − skew stays
+        pending (no lineage row) until the horizon passes, instead of being called ``exact`` and
+        never revisited (exact rows are final). A cluster not being watched (gap, stopped) gets its
+        verdicts now: its history will not move until the watcher returns (settle window).
+        """
+        live = live_history_horizons(self.s)
+        return [or_(func.coalesce(R.c.cluster, literal(self.cluster)) != cluster,
+                    R.c.event_time_ns <= horizon_ns - self.skew_ns)
+                for cluster, horizon_ns in sorted(live.items())]
 
     def collect_unsettled(self, settle_ns: int) -> int:
         """Fill ``T_REVISIT`` with non-exact rows later than their cluster's horizon − settle."""
@@ -964,6 +982,16 @@ def tolerances_in_use(session: Session, *where: ColumnElement[bool]) -> dict[flo
 def known_clusters(session: Session) -> list[str]:
     """The clusters the store has watch history for (``watch_state`` or ``coverage_intervals``), sorted."""
     return list(session.execute(union(select(WS.c.cluster), select(CI.c.cluster)).order_by("cluster")).scalars())
+
+
+def live_history_horizons(session: Session) -> dict[str, int]:
+    """``history_horizons`` of the clusters whose Pod, ResourceClaim and ResourceSlice watches are
+    all synced now (the horizon still moves: the watcher is live)."""
+    states: dict[str, set[str]] = {}
+    for cluster, state in session.execute(select(WS.c.cluster, WS.c.state).where(WS.c.kind.in_(COVERAGE_KINDS))):
+        states.setdefault(cluster, set()).add(state)
+    horizons = history_horizons(session)
+    return {c: h for c, h in horizons.items() if states.get(c) == {"synced"}}
 
 
 def history_horizons(session: Session) -> dict[str, int]:

@@ -98,7 +98,8 @@ def test_sidecar_pattern_from_watched_objects(sessions):
     with sessions.begin() as s:
         for kind in ("Pod", "ResourceClaim", "ResourceSlice"):
             s.execute(insert(WatchState).values(cluster=CLUSTER, kind=kind, api_version="v1", synced=True,
-                                                state="synced", state_since_ns=dt_to_ns(at(-60)), updated_at=at(-60)))
+                                                state="synced", state_since_ns=dt_to_ns(at(-60)),
+                                                updated_at=at(100)))  # its last commit: after the records
         observe(s, resource_slice(100), "ADDED", at(-30))
         observe(s, pod(201, claim_status=False, node=None, phase="Pending"), "ADDED", at(0))
         observe(s, claim(202, allocated=False), "ADDED", at(0.4))

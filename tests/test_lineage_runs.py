@@ -15,7 +15,7 @@ from sqlalchemy import func, insert, select, update
 
 from collector.errors import UserError
 from collector.lineage import VERDICT_COLUMNS, attribute_run, history_horizons, lineage_select
-from collector.store.models import AllocationResult, InferenceRecord, Lineage, WatchState
+from collector.store.models import AllocationEpisode, AllocationResult, InferenceRecord, Lineage, WatchState
 from collector.timeutil import ns_to_dt
 from tests.test_lineage import (  # noqa: F401 - hist is a fixture
     CLUSTER, GPU_A, GPU_B, NS, S, T0, History, hist, lineage_of, sidecar_pod, single_gpu_pod,
@@ -261,3 +261,37 @@ def test_cli_attribute_revisits_late_history(sessions, database_url, monkeypatch
 
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--settle-s", "-5"])
     assert res.exit_code != 0 and "--settle-s" in res.output
+
+
+def test_a_record_inside_the_skew_window_of_the_live_horizon_waits_for_the_history_to_pass_it(hist):
+    # The watcher is live and has history up to T0 + 100 s. A record at T0 + 99 s may still meet a
+    # transition within the 2 s tolerance that the watcher has not committed yet: it stays pending
+    # (an exact row is never revisited), and is attributed once the horizon has passed t + 2 s.
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    watcher_alive_until(h, T0 + 100 * S)
+    settled = h.record("txn-settled", T0 + 97 * S, pod="fraud-scorer-0")
+    recent = h.record("txn-recent", T0 + 99 * S, pod="fraud-scorer-0")
+    assert attribute_run(h.s).by_status == {"exact": 1, "ambiguous": 0, "unattributed": 0}
+    assert lineage_of(h.s, settled)["status"] == "exact" and _pending(h.s, recent)
+    # the claim is released at T0 + 100.5 s: committed late, within the recent record's window
+    h.s.execute(update(AllocationEpisode).values(valid_to_ns=T0 + 100 * S + 500_000_000))
+    watcher_alive_until(h, T0 + 102 * S)
+    assert attribute_run(h.s).by_status == {"exact": 0, "ambiguous": 1, "unattributed": 0}
+    assert (lineage_of(h.s, recent)["status"], lineage_of(h.s, recent)["reason"]) == ("ambiguous", "skew-window")
+
+
+def test_a_stopped_watcher_does_not_hold_records_back(hist):
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    watcher_alive_until(h, T0 + 100 * S)
+    h.s.execute(update(WatchState).where(WatchState.kind == "Pod").values(state="stopped"))
+    recent = h.record("txn-after-stop", T0 + 99 * S, pod="fraud-scorer-0")
+    attribute_run(h.s)
+    assert not _pending(h.s, recent)
+
+
+def _pending(session, record_id: int) -> bool:
+    return session.execute(select(func.count()).select_from(Lineage).where(Lineage.record_id == record_id)).scalar_one() == 0
