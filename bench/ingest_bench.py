@@ -158,26 +158,23 @@ def _database_name(engine) -> str | None:
     return engine.url.database if engine.dialect.name == "postgresql" else None
 
 
-def raw_executemany(url: str, path: Path, settings: Settings) -> Timing:
+_COLUMNS = [c.name for c in InferenceRecord.__table__.columns if c.name != "id"]
+
+
+def _raw_floor(url: str, path: Path, settings: Settings, write_chunk) -> Timing:
+    """The rows the pipeline would store, built beforehand (not timed), written chunk by chunk with
+    ``write_chunk(raw DB-API connection, backend, rows)`` and one commit per chunk (timed)."""
     engine = make_engine(url)
     migrate.upgrade(engine)
-    cols = [c.name for c in InferenceRecord.__table__.columns if c.name != "id"]
     backend = engine.dialect.name
-    if backend == "sqlite":
-        sql = f"INSERT INTO inference_records ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
-    else:
-        sql = f"INSERT INTO inference_records ({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)})"
     rows_done, elapsed, cpu = 0, 0.0, 0.0
     raw = engine.raw_connection()
     server = ServerCpu(_database_name(engine))
     try:
         for chunk in rows_for(path, settings):
-            params = [tuple(json.dumps(r[c]) if c == "attributes" else r[c] for c in cols) for r in chunk]
+            params = [tuple(json.dumps(r[c]) if c == "attributes" else r[c] for c in _COLUMNS) for r in chunk]
             c0, t0 = time.process_time(), time.perf_counter()
-            cur = raw.cursor()
-            if backend == "sqlite":
-                cur.execute("BEGIN")  # draudit's engine runs sqlite3 in autocommit mode and emits BEGIN itself
-            cur.executemany(sql, params)
+            write_chunk(raw, backend, params)
             raw.commit()
             elapsed += time.perf_counter() - t0
             cpu += time.process_time() - c0
@@ -189,32 +186,31 @@ def raw_executemany(url: str, path: Path, settings: Settings) -> Timing:
     return Timing(rows_done, elapsed, cpu, server_s)
 
 
+def _executemany_chunk(raw, backend: str, params: list[tuple]) -> None:
+    mark = "?" if backend == "sqlite" else "%s"
+    cur = raw.cursor()
+    if backend == "sqlite":
+        cur.execute("BEGIN")  # draudit's engine runs sqlite3 in autocommit mode and emits BEGIN itself
+    cur.executemany(f"INSERT INTO inference_records ({', '.join(_COLUMNS)}) VALUES ({', '.join(mark for _ in _COLUMNS)})",
+                    params)
+
+
+def _copy_chunk(raw, _backend: str, params: list[tuple]) -> None:
+    with raw.driver_connection.cursor() as cur:
+        with cur.copy(f"COPY inference_records ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
+            for row in params:
+                copy.write_row(row)
+
+
+def raw_executemany(url: str, path: Path, settings: Settings) -> Timing:
+    """The same rows through the DB-API ``executemany``, chunks of 2 000, one commit per chunk."""
+    return _raw_floor(url, path, settings, _executemany_chunk)
+
+
 def raw_copy(url: str, path: Path, settings: Settings) -> Timing:
     """PostgreSQL: the same rows through ``COPY inference_records FROM STDIN`` (psycopg formats each
     row in C), chunks of 2 000, one commit per chunk: the fastest way to write them."""
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    cols = [c.name for c in InferenceRecord.__table__.columns if c.name != "id"]
-    rows_done, elapsed, cpu = 0, 0.0, 0.0
-    raw = engine.raw_connection()
-    server = ServerCpu(_database_name(engine))
-    try:
-        for chunk in rows_for(path, settings):
-            params = [tuple(json.dumps(r[c]) if c == "attributes" else r[c] for c in cols) for r in chunk]
-            c0, t0 = time.process_time(), time.perf_counter()
-            with raw.driver_connection.cursor() as cur:
-                with cur.copy(f"COPY inference_records ({', '.join(cols)}) FROM STDIN") as copy:
-                    for row in params:
-                        copy.write_row(row)
-            raw.commit()
-            elapsed += time.perf_counter() - t0
-            cpu += time.process_time() - c0
-            rows_done += len(params)
-        server_s = server.used_s()
-    finally:
-        raw.close()
-        engine.dispose()
-    return Timing(rows_done, elapsed, cpu, server_s)
+    return _raw_floor(url, path, settings, _copy_chunk)
 
 
 def pipeline(url: str, path: Path, settings: Settings, workers: int | None = None) -> tuple[dict, Timing]:
