@@ -16,7 +16,7 @@ Configuration (environment; ``off`` disables a job):
   ``DRAUDIT_SCHEDULE_RETENTION`` (``cron:30 1 * * *``): ``interval:<seconds>`` or
   ``cron:<minute> <hour> <day> <month> <weekday>`` (crontab, UTC).
 - ``DRAUDIT_RETENTION_DAYS_<CLASS>`` per data class (``TRANSACTIONS``, ``QUARANTINE``,
-  ``FINDINGS``, ``COVERAGE``, ``JOB_RUNS``): days to keep; unset keeps forever (DORA and NIS2 fix
+  ``FINDINGS``, ``EVALUATIONS`` (policy evaluation records), ``COVERAGE``, ``JOB_RUNS``): days to keep; unset keeps forever (DORA and NIS2 fix
   no retention period: RTS 2024/1774 Art. 12(2)(a) makes the entity choose).
 - ``DRAUDIT_RETENTION_LEGAL_HOLD`` (``true`` stops every deletion), ``DRAUDIT_JOB_RETRY_DELAY_S``
   (300), ``DRAUDIT_PACK_CATCHUP_DAYS`` (7: missing daily packs of the last N days are rendered).
@@ -51,6 +51,7 @@ from collector.store.models import (
     InferenceRecord,
     JobRun,
     Lineage,
+    PolicyEvaluation,
     Quarantine,
     SchedulerJob,
     WatchState,
@@ -83,6 +84,7 @@ RETENTION_CLASSES: dict[str, RetentionClass] = {
                                    derived=(Lineage.__table__.c.record_id,)),
     "quarantine": RetentionClass("quarantine", Quarantine, "received_at", "dt", True),
     "findings": RetentionClass("findings", Finding, "evaluated_at", "dt", True),
+    "evaluations": RetentionClass("evaluations", PolicyEvaluation, "evaluated_at", "dt", True),
     "coverage": RetentionClass("coverage", CoverageInterval, "ended_ns", "ns", True),
     "job_runs": RetentionClass("job_runs", JobRun, "started_at", "dt", False),
 }

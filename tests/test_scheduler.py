@@ -184,7 +184,7 @@ def test_retention_tombstones_every_deleted_row(sessions):
         tombs = s.execute(select(LedgerEntry).where(LedgerEntry.op == "tombstone")).scalars().all()
         assert len(tombs) == 5 and all("transactions kept 30 days" in t.tombstone["reason"] for t in tombs)
         assert ledger.verify(s).ok
-    assert set(RETENTION_CLASSES) == {"transactions", "quarantine", "findings", "coverage", "job_runs"}
+    assert set(RETENTION_CLASSES) == {"transactions", "quarantine", "findings", "evaluations", "coverage", "job_runs"}
 
 
 def test_real_policy_job_evaluates_the_shipped_bundle_and_is_idempotent_on_a_closed_day(sessions, database_url, tmp_path):
@@ -257,3 +257,19 @@ def test_watcher_tells_listeners_when_it_starts_and_stops_recording(srv, session
         finally:
             w.stop()
         assert seen == [True, False]
+
+
+def test_retention_of_policy_evaluation_records_keeps_the_recent_ones_and_tombstones_the_rest(sessions):
+    from collector.policy.bundle import load_bundle
+    from collector.policy.findings import record_evaluation
+    from collector.store.models import PolicyEvaluation
+    bundle = load_bundle(Settings().policy_bundle)
+    with sessions.begin() as s:
+        for days in (90, 45, 3):
+            at = NOW - timedelta(days=days)
+            record_evaluation(s, bundle, "regorus", "prod-eu-1", dt_to_ns(at - timedelta(days=1)), dt_to_ns(at), at, 0)
+    assert apply_retention(sessions, ScheduleConfig(retention_days={"evaluations": 30}), NOW) == {"evaluations": 2}
+    with sessions() as s:
+        [kept] = s.execute(select(PolicyEvaluation)).scalars().all()
+        assert kept.evaluated_at == NOW - timedelta(days=3)
+        assert ledger.verify(s).ok
