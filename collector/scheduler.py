@@ -32,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from apscheduler.jobstores.base import ConflictingIdError
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -386,8 +387,12 @@ def _schedule_retry(ctx: JobContext, context_key: str, job_id: str) -> None:
         return
     when = datetime.now(timezone.utc) + timedelta(seconds=ctx.config.retry_delay_s)
     try:
+        # Never replace a pending retry: replacing removes it, and APScheduler, which may be running
+        # that one-shot job right now, then fails to remove it after the run (JobLookupError).
         sched.add_job(run_job, DateTrigger(when, timezone=timezone.utc), args=[context_key, job_id, True],
-                      id=f"{job_id}.retry", name=f"retry {job_id}", replace_existing=True, misfire_grace_time=None)
+                      id=f"{job_id}.retry", name=f"retry {job_id}", replace_existing=False, misfire_grace_time=None)
+    except ConflictingIdError:
+        log.info("job %s: a retry is already pending", job_id)
     except Exception:  # noqa: BLE001
         log.exception("job %s: cannot schedule its retry", job_id)
 
