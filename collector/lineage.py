@@ -994,6 +994,18 @@ def live_history_horizons(session: Session) -> dict[str, int]:
     return {c: h for c, h in horizons.items() if states.get(c) == {"synced"}}
 
 
+def waiting_for_history(session: Session, clock_skew_s: float, cluster: str = DEFAULT_CLUSTER) -> int:
+    """Records left pending by ``attribute_run`` because a live watcher's history has not passed
+    their time + ``clock_skew_s`` yet (``_Run.not_yet_observed``); an index range on the recent end."""
+    skew_ns = _skew_ns(clock_skew_s)
+    total = 0
+    for c, horizon_ns in sorted(live_history_horizons(session).items()):
+        total += session.execute(select(func.count()).select_from(R).where(
+            R.c.event_time_ns > horizon_ns - skew_ns, func.coalesce(R.c.cluster, literal(cluster)) == c,
+            ~exists().where(L.c.record_id == R.c.id))).scalar_one()
+    return total
+
+
 def history_horizons(session: Session) -> dict[str, int]:
     """Per cluster, the newest instant (ns) up to which the watcher knew Pod, ResourceClaim and
     ResourceSlice history complete.

@@ -295,3 +295,24 @@ def test_a_stopped_watcher_does_not_hold_records_back(hist):
 
 def _pending(session, record_id: int) -> bool:
     return session.execute(select(func.count()).select_from(Lineage).where(Lineage.record_id == record_id)).scalar_one() == 0
+
+
+def test_cli_attribute_says_how_many_transactions_wait_for_the_live_watchers_history(sessions, database_url,
+                                                                                     monkeypatch):
+    from click.testing import CliRunner
+
+    from collector.cli import cli
+
+    monkeypatch.setenv("DRAUDIT_CLUSTER", CLUSTER)
+    with sessions.begin() as session:
+        h = History(session)
+        h.covered()
+        h.gpu("gpu-node-a", "gpu-0", GPU_A)
+        single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+        watcher_alive_until(h, T0 + 100 * S)
+        h.record("txn-old", T0 + 50 * S, pod="fraud-scorer-0")
+        h.record("txn-new", T0 + 99 * S, pod="fraud-scorer-0")
+    res = CliRunner().invoke(cli, ["attribute", "--database-url", database_url])
+    assert res.exit_code == 0, res.output
+    assert "attributed 1 transaction(s)" in res.output
+    assert "pending: 1 transaction(s) within 2 s of what the live watcher has recorded so far" in res.output

@@ -50,7 +50,7 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
 
     Concurrent runs (the scheduler, another CLI) wait for each other.
     """
-    from collector.lineage import attribute_run, known_clusters
+    from collector.lineage import attribute_run, known_clusters, waiting_for_history
 
     settings = settings_from(database_url=database_url, clock_skew_s=clock_skew_s)
     _engine, sessions = open_store(settings)
@@ -59,6 +59,7 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
                                 serving_containers=_serving_containers(serving), cluster=settings.cluster,
                                 settle_s=settle_s)
         clusters = known_clusters(session)
+        waiting = waiting_for_history(session, settings.clock_skew_s, settings.cluster) if output != "json" else 0
     if output == "json":
         echo_json(summary.as_json())
         return
@@ -76,6 +77,9 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
                    f"recorded (records without one count as {settings.cluster!r}); the store knows: "
                    f"{', '.join(clusters) or 'no cluster (run `draudit watch` first)'}. A record's cluster "
                    "must be the watcher's: `draudit ingest --cluster NAME` (or DRAUDIT_CLUSTER).")
+    if waiting:
+        click.echo(f"pending: {waiting} transaction(s) within {settings.clock_skew_s:g} s of what the live watcher has "
+                   "recorded so far wait for its history (the next run attributes them)")
     if summary.revisited:
         click.echo(f"re-evaluated {summary.revisited} recent unattributed/ambiguous transaction(s) "
                    f"(settle window {settle_s:g} s): {summary.revised} changed (counted above)")
