@@ -915,10 +915,7 @@ class _Run:
         never revisited (exact rows are final). A cluster not being watched (gap, stopped) gets its
         verdicts now: its history will not move until the watcher returns (settle window).
         """
-        live = live_history_horizons(self.s)
-        return [or_(func.coalesce(R.c.cluster, literal(self.cluster)) != cluster,
-                    R.c.event_time_ns <= horizon_ns - self.skew_ns)
-                for cluster, horizon_ns in sorted(live.items())]
+        return [~w for w in _awaiting_history(self.s, self.skew_ns, self.cluster)]
 
     def collect_unsettled(self, settle_ns: int) -> int:
         """Fill ``T_REVISIT`` with non-exact rows later than their cluster's horizon − settle."""
@@ -997,13 +994,16 @@ def live_history_horizons(session: Session) -> dict[str, int]:
 def waiting_for_history(session: Session, clock_skew_s: float, cluster: str = DEFAULT_CLUSTER) -> int:
     """Records left pending by ``attribute_run`` because a live watcher's history has not passed
     their time + ``clock_skew_s`` yet (``_Run.not_yet_observed``); an index range on the recent end."""
-    skew_ns = _skew_ns(clock_skew_s)
-    total = 0
-    for c, horizon_ns in sorted(live_history_horizons(session).items()):
-        total += session.execute(select(func.count()).select_from(R).where(
-            R.c.event_time_ns > horizon_ns - skew_ns, func.coalesce(R.c.cluster, literal(cluster)) == c,
-            ~exists().where(L.c.record_id == R.c.id))).scalar_one()
-    return total
+    unattributed = ~exists().where(L.c.record_id == R.c.id)
+    return sum(session.execute(select(func.count()).select_from(R).where(w, unattributed)).scalar_one()
+               for w in _awaiting_history(session, _skew_ns(clock_skew_s), cluster))
+
+
+def _awaiting_history(session: Session, skew_ns: int, cluster: str) -> list[ColumnElement[bool]]:
+    """Per live cluster: its records later than its history horizon − skew (records without a
+    cluster count as ``cluster``), whose verdict the watcher cannot know yet."""
+    return [and_(func.coalesce(R.c.cluster, literal(cluster)) == c, R.c.event_time_ns > horizon_ns - skew_ns)
+            for c, horizon_ns in sorted(live_history_horizons(session).items())]
 
 
 def history_horizons(session: Session) -> dict[str, int]:
