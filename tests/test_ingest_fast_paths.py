@@ -305,6 +305,59 @@ def test_ledger_entries_from_value_tuples_are_those_of_row_mappings(sessions, ta
         == _reference_leaf(ledger.ledgered_table(table_name), row)
 
 
+_FULL_ROW = {"transaction_id": "T-000193", "event_time_ns": 1_764_403_200_000_000_000, "event_time_precision_ns": 1000,
+             "cluster": "c1", "pod_uid": "0f9c2a4e-1b7d-4c1e-9a53-77d0c2b1e8aa", "pod_uid_source": "envelope",
+             "pod_namespace": "risk-inference", "pod_name": "fraud-api-7c9d8-x2x9q", "container_name": "api",
+             "node_name": "gpu-node-01", "model_name": "fraud_xgb", "model_version": "7", "decision": "DECLINE",
+             "latency_ms": 12.4, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7",
+             "source_format": "spring_ecs_nested", "envelope": "fluentbit", "source": "/var/log/x.log",
+             "position": "193", "raw_sha256": "a" * 64, "dedup_key": "b" * 64}
+
+
+@pytest.mark.parametrize("attributes", [
+    None,
+    {"message": "scored card 411111******1111", "envelope.labels": {"app": "fraud-api"},
+     "envelope.runtime_time_ns": 1_764_403_200_412_337_000},
+    # members named like the late columns, nested and at the top of the attributes object
+    {"conflict": True, "id": None, "received_ns": 1, "run_id": "x", "z": {"id": 2, "conflict": "\",\"id\":"}},
+    {"s": "caf\u00e9 \u2028 \"quoted\" \\ \t", "f": -0.0, "e": 1e300, "l": [1, {"b": 2, "a": 1}], "empty": {}},
+])
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"latency_ms": None, "trace_id": None, "span_id": None, "pod_uid": None, "position": None},
+    {"transaction_id": "T\u00e9\"", "source": "/p/\u2603.log", "latency_ms": 1e-7},
+    {"transaction_id": "", "cluster": None, "event_time_ns": -2 ** 63, "event_time_precision_ns": 1},
+])
+@pytest.mark.parametrize("late", [(False, 1, 1_764_403_201_000_000_000, "r"), (True, 2 ** 62, 0, None)])
+def test_ledger_leaf_completed_from_a_records_template_is_the_rows_leaf(attributes, overrides, late):
+    """``record.ledger_template`` (made in a parse worker) completed by the writer
+    (``ledger.leaf_from_template``) hashes the bytes ``leaf_hash`` hashes for the stored row."""
+    import orjson
+
+    from collector.ingest.record import LATE_COLUMNS, ledger_template
+
+    row = dict(_FULL_ROW, **overrides)
+    text = "null" if not attributes else orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
+    values = tuple(row[c] for c in PREPARED_COLUMNS[:-1]) + (text,)
+    template = ledger_template(values, text, True)
+    assert template is not None and len(template) == len(LATE_COLUMNS) + 1
+    leaf = ledger.leaf_from_template(template, [orjson.dumps(v) for v in late])
+    stored = dict(row, attributes=attributes, **dict(zip(LATE_COLUMNS, late)))
+    table = ledger.ledgered_table("inference_records")
+    assert leaf == _reference_leaf(table, stored) == ledger.leaf_hash(table, stored)
+
+
+def test_no_ledger_template_where_the_fast_leaf_encoding_does_not_apply():
+    from collector.ingest.record import LATE_COLUMNS, ledger_template
+
+    values = tuple(_FULL_ROW[c] for c in PREPARED_COLUMNS[:-1]) + ("null",)
+    assert ledger_template(values, "null", False) is None  # attributes text not exact
+    big = tuple(2 ** 64 if c == "event_time_ns" else v for c, v in zip(PREPARED_COLUMNS, values))
+    assert ledger_template(big, "null", True) is None  # beyond 64 bits: canonical_json's fallback
+    assert ledger.leaf_template("inference_records", PREPARED_COLUMNS, values, tuple(reversed(LATE_COLUMNS))) is None
+    assert ledger.leaf_template("quarantine", ("id",), (1,), ("run_id",)) is None  # a datetime column
+
+
 # -- parse workers ------------------------------------------------------------------------------
 
 

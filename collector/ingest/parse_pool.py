@@ -50,15 +50,15 @@ def default_workers() -> int:
     return max(1, min(MAX_WORKERS, cpus))
 
 
-# One outcome as it crosses the process boundary: a record ``(source, position, values, exact_json)``
-# (``PreparedRecord``'s), a rejection ``(source, position, None, None, reason, raw_text, raw_sha256)``.
+# One outcome as it crosses the process boundary: a record ``(source, position, values, exact_json,
+# leaf)`` (``PreparedRecord``'s), a rejection ``(source, position, None, None, reason, raw_text, raw_sha256)``.
 Unit = tuple[Any, ...]
 
 
 def _unit(o: Outcome) -> Unit:
     if o.record is not None:
         prepared = o.record.prepared()
-        return o.source, o.position, prepared.values, prepared.exact_json
+        return o.source, o.position, prepared.values, prepared.exact_json, prepared.leaf
     return o.source, o.position, None, None, o.reason, o.raw_text, o.raw_sha256
 
 
@@ -72,7 +72,7 @@ class ParsedChunk:
 
     def outcomes(self) -> list[Outcome]:
         """The outcomes, records as ``PreparedRecord``."""
-        return [Outcome(u[0], u[1], record=PreparedRecord(u[2], u[3])) if u[2] is not None
+        return [Outcome(u[0], u[1], record=PreparedRecord(u[2], u[3], u[4])) if u[2] is not None
                 else Outcome(u[0], u[1], reason=u[4], raw_text=u[5], raw_sha256=u[6]) for u in self.units]
 
 

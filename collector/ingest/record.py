@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from collector.store import ledger
 from collector.store.canonical import canonical_json, content_hash
 
 SOURCE_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "otlp", "json")
@@ -192,15 +193,17 @@ class CanonicalRecord:
         }
 
     def prepared(self) -> "PreparedRecord":
-        """The record's ``PREPARED_COLUMNS`` values with the attributes as JSON text."""
+        """The record's ``PREPARED_COLUMNS`` values with the attributes as JSON text, and its
+        ledger leaf template (``ledger_template``)."""
         text, exact = attributes_json(self.attributes)
-        return PreparedRecord((
+        values = (
             self.transaction_id, self.event_time_ns, self.event_time_precision_ns, self.cluster, self.pod_uid,
             self.pod_uid_source, self.pod_namespace, self.pod_name, self.container_name, self.node_name,
             self.model_name, self.model_version, self.decision, self.latency_ms, self.trace_id, self.span_id,
             self.source_format, self.envelope, self.source, self.position and self.position[:POSITION_CHARS],
             self.raw_sha256, self.dedup_key(), text,
-        ), exact)
+        )
+        return PreparedRecord(values, exact, ledger_template(values, text, exact))
 
 
 def _finite(value: Any) -> Any:
@@ -229,21 +232,43 @@ def attributes_json(attributes: dict[str, Any] | None) -> tuple[str, bool]:
         return canonical_json(_finite(attributes)).decode("utf-8"), False
 
 
+# The inference_records columns only the writer knows (its ledger leaf is completed with them),
+# in sorted order, as ``ledger.leaf_template`` takes them.
+LATE_COLUMNS = ("conflict", "id", "received_ns", "run_id")
+
+
+def ledger_template(values: tuple[Any, ...], attributes_text: str, exact: bool) -> tuple[bytes, ...] | None:
+    """The ``inference_records`` ledger leaf of a row with these ``PREPARED_COLUMNS`` values, cut
+    where ``LATE_COLUMNS`` go (``ledger.leaf_template``), the attributes as the writer hands them to
+    the ledger (their exact text); None when the text is not exact (``attributes_json``) or the
+    leaf's fast encoding does not take a value: the writer then hashes the row itself.
+
+    Computed where the record is prepared (a parse worker, in parallel runs): the writer then
+    joins five pieces and hashes them instead of encoding the row again.
+    """
+    if not exact:
+        return None
+    return ledger.leaf_template("inference_records", PREPARED_COLUMNS,
+                                values[:-1] + (orjson.Fragment(attributes_text),), LATE_COLUMNS)
+
+
 class PreparedRecord:
     """A record as ``PREPARED_COLUMNS`` values with ``attributes`` as JSON text: what the writer
     needs, and cheap to pickle (parse workers send these). Already PAN-masked, like its record.
 
-    ``exact_json``: see ``attributes_json``.
+    ``exact_json``: see ``attributes_json``. ``leaf``: ``ledger_template``'s pieces, or None.
     """
 
-    __slots__ = ("values", "exact_json")
+    __slots__ = ("values", "exact_json", "leaf")
 
-    def __init__(self, values: tuple[Any, ...], exact_json: bool = True) -> None:
+    def __init__(self, values: tuple[Any, ...], exact_json: bool = True,
+                 leaf: tuple[bytes, ...] | None = None) -> None:
         self.values = values
         self.exact_json = exact_json
+        self.leaf = leaf
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return PreparedRecord, (self.values, self.exact_json)
+        return PreparedRecord, (self.values, self.exact_json, self.leaf)
 
     def prepared(self) -> "PreparedRecord":
         """Itself (the writer accepts ``CanonicalRecord`` and ``PreparedRecord`` alike)."""

@@ -19,7 +19,9 @@ One call writes one batch inside the caller's transaction, in three set-based st
    staging table too): the same line of the same source, quarantined before, is not stored twice
    (it still counts as quarantined in the run);
    then one ledger entry per inserted row of both tables (``collector.store.ledger.append``;
-   records as value tuples through ``ledger.append_values``), in the same transaction.
+   records by their leaf hashes through ``ledger.append_leaves``: a record prepared with its
+   leaf template, ``record.ledger_template``, is completed with its id, ``received_ns``,
+   ``run_id`` and ``conflict`` and hashed, any other hashed from its row), in the same transaction.
 
 A record whose transaction id is already stored (or earlier in the batch) with *different*
 content is stored with ``conflict = true``: never overwritten, never dropped.
@@ -49,7 +51,7 @@ QUARANTINE = Quarantine.__table__
 LOOKUP_CHUNK = 1000  # transaction ids per IN (...) query
 # inference_records columns in the order the writer binds them: the parsed values, then its own.
 INSERT_COLUMNS = PREPARED_COLUMNS + ("received_ns", "run_id", "conflict")
-LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples handed to ledger.append_values
+LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples hashed by ledger.values_leaf (rows without a template)
 _TXN = PREPARED_COLUMNS.index("transaction_id")
 _KEY = PREPARED_COLUMNS.index("dedup_key")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
@@ -175,16 +177,33 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
         fresh[key] = (rec, values + (received_ns, run_id, conflict))
     if not fresh:
         return
-    inserted: list[tuple[Any, ...]] = []  # (id, *params) with the attributes as the ledger reads them back
+    # Ledger leaves: a record prepared with its leaf template (``record.ledger_template``) is
+    # completed with the values only known here (``record.LATE_COLUMNS``: conflict, id,
+    # received_ns, run_id) and hashed; any other is hashed from its row, as ``ledger.append_values``
+    # would, with the attributes as the ledger reads them back.
+    try:
+        late: tuple[bytes, ...] | None = (orjson.dumps(received_ns), orjson.dumps(run_id))
+    except orjson.JSONEncodeError:  # a run id orjson refuses (lone surrogate): every row hashed from its row
+        late = None
+    flags = {False: b"false", True: b"true"}
+    leaf_of_row = ledger.values_leaf("inference_records", LEDGER_COLUMNS)
+    entries: list[tuple[str, str]] = []
+    conflicts = 0
     for rid, key in sorted(_insert_records(session, [p for _, p in fresh.values()], staged)):
         rec, params = fresh.pop(key)
-        text = params[_ATTRS]
-        attributes = orjson.Fragment(text) if rec.exact_json else json.loads(text)
-        inserted.append((rid, *params[:_ATTRS], attributes, *params[_ATTRS + 1:]))
+        conflicts += params[-1]
+        if rec.leaf is not None and late is not None:
+            leaf = ledger.leaf_from_template(rec.leaf, (flags[params[-1]], b"%d" % rid) + late)
+        else:
+            text = params[_ATTRS]
+            attributes = orjson.Fragment(text) if rec.exact_json else json.loads(text)
+            leaf = leaf_of_row((rid, *params[:_ATTRS], attributes, *params[_ATTRS + 1:]))
+        entries.append((str(rid), leaf))
     result.duplicates += len(fresh)  # lost a race with a concurrent writer
-    result.stored = len(inserted)
-    result.conflicts = sum(1 for r in inserted if r[-1])
-    ledger.append_values(session, "inference_records", LEDGER_COLUMNS, inserted)
+    result.stored = len(entries)
+    result.conflicts = conflicts
+    if entries:
+        ledger.append_leaves(session, "inference_records", entries)
 
 
 def _quarantine_row(o: Outcome, run_id: str | None, received_at: datetime) -> dict[str, Any]:

@@ -253,6 +253,101 @@ def _values_leaf(table: Table, columns: tuple[str, ...]):
     return leaf
 
 
+def values_leaf(table_name: str, columns: Sequence[str]):
+    """The function ``append_values`` hashes each tuple with: value tuple in ``columns`` order →
+    ``leaf_hash`` of ``dict(zip(columns, values))`` (for rows whose leaf a caller computes itself)."""
+    return _values_leaf(ledgered_table(table_name), tuple(columns))
+
+
+LeafTemplate = tuple[bytes, ...]
+
+
+def leaf_template(table_name: str, columns: Sequence[str], values: Sequence[Any],
+                  late: Sequence[str]) -> LeafTemplate | None:
+    """The leaf encoding of a row whose ``late`` columns are not known yet, cut where they go.
+
+    For the row ``dict(zip(columns, values))`` completed with the ``late`` values (table columns
+    in neither are None), the bytes ``leaf_hash`` hashes are ``t[0] + enc(late[0]) + t[1] + … +
+    enc(late[-1]) + t[-1]``, ``enc`` being ``orjson.dumps`` (``leaf_from_template``). It is the same
+    encoding because the leaf is one compact, key-sorted JSON object: each member is encoded on
+    its own, whatever surrounds it, so the members before, between and after the late ones are
+    encoded here in runs (one ``orjson.dumps`` each, braces dropped) and joined by the separators
+    orjson writes. Lets a parse worker do the costly part (the row's text, with its attributes)
+    and the writer only join and hash once the id is known.
+
+    Args:
+        table_name: a ledgered table (``leaf_hash``'s column set).
+        columns, values: the row's known columns and their values (a JSON column's value may be
+            an ``orjson.Fragment`` of its exact leaf text, as the writer passes it).
+        late: the columns filled in later, in sorted order (the order the leaf's keys take).
+
+    Returns:
+        The ``len(late) + 1`` pieces, or None where ``leaf_hash`` would not take its fast
+        encoding (a datetime column, a value orjson refuses: a datetime, an integer beyond 64
+        bits): the caller then hashes the completed row the usual way.
+    """
+    plan = _template_plan(ledgered_table(table_name), tuple(columns), tuple(late))
+    if plan is None:
+        return None
+    pieces = []
+    try:
+        for names, at, before, after in plan:
+            if names:
+                body = orjson.dumps(dict(zip(names, [values[i] if i is not None else None for i in at])),
+                                    default=_fast_default, option=_FAST_OPTS)[1:-1]
+                pieces.append(before + body + after)
+            else:
+                pieces.append(before + after)
+    except (_NotFast, orjson.JSONEncodeError):
+        return None
+    return tuple(pieces)
+
+
+@lru_cache(maxsize=None)
+def _template_plan(table: Table, columns: tuple[str, ...], late: tuple[str, ...]):
+    """``leaf_template``'s cuts: per run of sorted column names between two late columns, the
+    names, their positions in ``columns`` (None: not given, a null), and the bytes before and
+    after its encoded members (the brace, the commas, the next late key and its colon); None when
+    ``late`` is not sorted, names a column the table lacks, or the table has datetime columns
+    (``leaf_hash`` normalises those first)."""
+    if list(late) != sorted(late) or not set(late) <= set(_column_names(table)) or _datetime_columns(table):
+        return None
+    names = sorted(_column_names(table))  # orjson sorts the ASCII column names this way too
+    # Split the sorted names at each late column: runs[j] are the members between late[j-1] and late[j].
+    runs: list[list[str]] = [[]]
+    for name in names:
+        if name in late:
+            runs.append([])
+        else:
+            runs[-1].append(name)
+    plan = []
+    for j, run in enumerate(runs):
+        # A member is preceded by a comma unless it is the object's first.
+        before = b"{" if j == 0 else (b"," if run else b"")
+        if j < len(late):
+            after = (b"," if j > 0 or run else b"") + orjson.dumps(late[j]) + b":"
+        else:
+            after = b"}"
+        plan.append((tuple(run), tuple(columns.index(n) if n in columns else None for n in run), before, after))
+    return tuple(plan)
+
+
+def leaf_from_template(template: LeafTemplate, late_values: Sequence[bytes]) -> str:
+    """``leaf_hash`` of the completed row: ``late_values`` are the late columns' ``orjson.dumps``
+    encodings, in the order ``leaf_template`` was given them."""
+    parts = [template[0]]
+    for value, piece in zip(late_values, template[1:]):
+        parts.append(value)
+        parts.append(piece)
+    return sha256(b"".join(parts)).hexdigest()
+
+
+def append_leaves(session: Session, table_name: str, entries: Iterable[tuple[str, str]]) -> Head:
+    """``append`` for rows whose leaf hashes the caller computed (``leaf_template`` /
+    ``values_leaf``): ``entries`` are ``(row key as text, leaf hash)``, in append order."""
+    return _append_entries(session, ((table_name, key, "insert", leaf, None) for key, leaf in entries))
+
+
 def append_tombstone(session: Session, table_name: str, row: Mapping[str, Any], reason: str) -> Head:
     """Record that a covered row is being deleted (retention), before the caller deletes it.
 
