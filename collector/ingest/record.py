@@ -248,8 +248,10 @@ def ledger_template(values: tuple[Any, ...], attributes_text: str, exact: bool) 
     """
     if not exact:
         return None
-    return ledger.leaf_template("inference_records", PREPARED_COLUMNS,
-                                values[:-1] + (orjson.Fragment(attributes_text),), LATE_COLUMNS)
+    return _leaf_template((*values[:-1], orjson.Fragment(attributes_text)))
+
+
+_leaf_template = ledger.leaf_template_function("inference_records", PREPARED_COLUMNS, LATE_COLUMNS)
 
 
 class PreparedRecord:

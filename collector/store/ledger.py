@@ -268,12 +268,11 @@ def leaf_template(table_name: str, columns: Sequence[str], values: Sequence[Any]
 
     For the row ``dict(zip(columns, values))`` completed with the ``late`` values (table columns
     in neither are None), the bytes ``leaf_hash`` hashes are ``t[0] + enc(late[0]) + t[1] + … +
-    enc(late[-1]) + t[-1]``, ``enc`` being ``orjson.dumps`` (``leaf_from_template``). It is the same
-    encoding because the leaf is one compact, key-sorted JSON object: each member is encoded on
-    its own, whatever surrounds it, so the members before, between and after the late ones are
-    encoded here in runs (one ``orjson.dumps`` each, braces dropped) and joined by the separators
-    orjson writes. Lets a parse worker do the costly part (the row's text, with its attributes)
-    and the writer only join and hash once the id is known.
+    enc(late[-1]) + t[-1]``, ``enc`` being ``orjson.dumps`` (``leaf_from_template``): the leaf
+    is one compact, key-sorted JSON object whose members are each encoded on their own, whatever
+    their neighbours' values, so it is cut where the late values go (``leaf_template_function``).
+    Lets a parse worker do the costly part (the row's text, with its attributes) and the writer
+    only join and hash once the id is known.
 
     Args:
         table_name: a ledgered table (``leaf_hash``'s column set).
@@ -286,50 +285,36 @@ def leaf_template(table_name: str, columns: Sequence[str], values: Sequence[Any]
         encoding (a datetime column, a value orjson refuses: a datetime, an integer beyond 64
         bits): the caller then hashes the completed row the usual way.
     """
-    plan = _template_plan(ledgered_table(table_name), tuple(columns), tuple(late))
-    if plan is None:
-        return None
-    pieces = []
-    try:
-        for names, at, before, after in plan:
-            if names:
-                body = orjson.dumps(dict(zip(names, [values[i] if i is not None else None for i in at])),
-                                    default=_fast_default, option=_FAST_OPTS)[1:-1]
-                pieces.append(before + body + after)
-            else:
-                pieces.append(before + after)
-    except (_NotFast, orjson.JSONEncodeError):
-        return None
-    return tuple(pieces)
+    return leaf_template_function(table_name, tuple(columns), tuple(late))(values)
 
 
 @lru_cache(maxsize=None)
-def _template_plan(table: Table, columns: tuple[str, ...], late: tuple[str, ...]):
-    """``leaf_template``'s cuts: per run of sorted column names between two late columns, the
-    names, their positions in ``columns`` (None: not given, a null), and the bytes before and
-    after its encoded members (the brace, the commas, the next late key and its colon); None when
-    ``late`` is not sorted, names a column the table lacks, or the table has datetime columns
-    (``leaf_hash`` normalises those first)."""
-    if list(late) != sorted(late) or not set(late) <= set(_column_names(table)) or _datetime_columns(table):
-        return None
-    names = sorted(_column_names(table))  # orjson sorts the ASCII column names this way too
-    # Split the sorted names at each late column: runs[j] are the members between late[j-1] and late[j].
-    runs: list[list[str]] = [[]]
-    for name in names:
-        if name in late:
-            runs.append([])
-        else:
-            runs[-1].append(name)
-    plan = []
-    for j, run in enumerate(runs):
-        # A member is preceded by a comma unless it is the object's first.
-        before = b"{" if j == 0 else (b"," if run else b"")
-        if j < len(late):
-            after = (b"," if j > 0 or run else b"") + orjson.dumps(late[j]) + b":"
-        else:
-            after = b"}"
-        plan.append((tuple(run), tuple(columns.index(n) if n in columns else None for n in run), before, after))
-    return tuple(plan)
+def leaf_template_function(table_name: str, columns: tuple[str, ...], late: tuple[str, ...]):
+    """``leaf_template`` for rows of ``columns`` cut at ``late``, as a function of the value tuple.
+
+    One ``orjson.dumps`` of the whole leaf content with each late column's value a NUL byte (an
+    ``orjson.Fragment``, written as given), split at the NULs: orjson writes no NUL byte of its
+    own (a NUL in a string is escaped), so the pieces are exactly the bytes around the late values
+    (a row whose values hold a NUL some other way, a fragment, gives a piece too many: None).
+    """
+    table = ledgered_table(table_name)
+    names = _column_names(table)
+    if list(late) != sorted(late) or not set(late) <= set(names) or _datetime_columns(table):
+        return lambda values: None
+    missing, marker = len(columns), len(columns) + 1  # positions of the two values appended to each tuple
+    pick = itemgetter(*[marker if n in late else columns.index(n) if n in columns else missing for n in names])
+    nul = orjson.Fragment(b"\x00")
+    cuts = len(late) + 1
+
+    def template(values: Sequence[Any]) -> LeafTemplate | None:
+        try:
+            data = orjson.dumps(dict(zip(names, pick((*values, None, nul)))), default=_fast_default, option=_FAST_OPTS)
+        except (_NotFast, orjson.JSONEncodeError):
+            return None
+        pieces = tuple(data.split(b"\x00"))
+        return pieces if len(pieces) == cuts else None
+
+    return template
 
 
 def leaf_from_template(template: LeafTemplate, late_values: Sequence[bytes]) -> str:
