@@ -369,7 +369,8 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
 
     Returns ``(csv, json)`` statements. On PostgreSQL they are for ``COPY ... TO STDOUT``: ``csv``
     selects the fields (COPY's own CSV output quotes them: ``reports.sqltext.copy_csv_value``) and
-    ``json`` selects the row's JSON array (a ``data`` row of the split table). On SQLite ``csv``
+    ``json`` the fields that COPY under ``JSON_COPY_OPTIONS`` writes as the row's JSON array (a
+    ``data`` row of the split table: ``reports.sqltext.copy_json_options``). On SQLite ``csv``
     selects the CSV line with no field quoted (``reports.sqltext.csv_plain_line_sql``; lines that
     fail ``csv_plain_ok`` are re-rendered by ``requoted_csv_lines``) and the record id; ``json`` the
     JSON array.
@@ -380,14 +381,15 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
     inner = _lineage_text_inner(scope, co_tenancy)
     spec = _lineage_text_spec()
     order = (inner.c.event_time_ns, inner.c.record_id)
-    json_col = literal_column(sqltext.json_array_sql(spec, dialect)).label("json_row")
     if dialect == "sqlite":
+        json_col = literal_column(sqltext.json_array_sql(spec, dialect)).label("json_row")
         plain = literal_column(sqltext.csv_plain_line_sql(spec, dialect)).label("csv_line")
         return (select(plain, inner.c.record_id).select_from(inner).order_by(*order),
                 select(json_col).select_from(inner).order_by(*order))
     fields = [literal_column(sqltext.copy_csv_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
+    json_fields = [literal_column(sqltext.copy_json_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
     return (select(*fields).select_from(inner).order_by(*order),
-            select(json_col).select_from(inner).order_by(*order))
+            select(*json_fields).select_from(inner).order_by(*order))
 
 
 def _sqlite_both_stmt(scope: Scope, co_tenancy: bool):
@@ -451,9 +453,7 @@ def _compiled(conn, stmt) -> tuple[str, Any]:
     return compiled.string, params
 
 
-# COPY in CSV mode with quote and delimiter characters that JSON text never holds raw (JSON escapes
-# every control character): each row arrives as exactly its JSON array and a line feed.
-_COPY_JSON = "FORMAT csv, DELIMITER E'\\x02', QUOTE E'\\x01'"
+JSON_COPY_OPTIONS = sqltext.copy_json_options(_lineage_text_spec())
 
 
 def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH,
@@ -721,12 +721,12 @@ _PG_IN_TRANSACTION = 2  # libpq PQTRANS_INTRANS: idle inside a transaction block
 # - jit: the plans cost more than jit_optimize_above_cost, and compiling their wide expressions
 #   (inlining, optimisation) took 4.0-4.4 s per statement (EXPLAIN ANALYZE, 1 M rows, loaded
 #   host), the time the JSON text of ≈ 400 k rows takes; collector.lineage switches it off too.
-_COPY_SETTINGS = {"enable_sort": "off", "jit": "off"}
+_COPY_SETTINGS = {"enable_sort": "off", "jit": "off", "max_parallel_workers_per_gather": "0"}
 
 
-def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterator[bytearray]:
-    """``COPY (sql) TO STDOUT WITH (options)``: the output in chunks of ``batch_rows`` rows (the last
-    may be shorter); each chunk is a new buffer, never changed after it is yielded."""
+def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterator[tuple[bytearray, int]]:
+    """``COPY (sql) TO STDOUT WITH (options)``: the output in ``(chunk, rows)`` of ``batch_rows`` rows
+    (the last may be shorter); each chunk is a new buffer, never changed after it is yielded."""
     with raw.cursor() as cursor:
         for setting in _COPY_SETTINGS:
             cursor.execute(f"SET LOCAL {setting} = {_COPY_SETTINGS[setting]}")
@@ -739,10 +739,10 @@ def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterat
                     buf += data
                     rows += 1
                     if rows >= batch_rows:
-                        yield buf
+                        yield buf, rows
                         buf, rows = bytearray(), 0
                 if rows:
-                    yield buf
+                    yield buf, rows
         finally:
             if raw.info.transaction_status == _PG_IN_TRANSACTION:  # not after an error: keep that one
                 for setting in _COPY_SETTINGS:
@@ -751,30 +751,17 @@ def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterat
 
 def _copy_csv(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
     count = 0
-    for chunk in _copy_chunks(raw, sql, params, "FORMAT csv", batch_rows):
+    for chunk, rows in _copy_chunks(raw, sql, params, "FORMAT csv", batch_rows):
         out.write_bytes(chunk)
-        count += chunk.count(b"\n") - _quoted_line_feeds(chunk)
+        count += rows
     return count
-
-
-def _quoted_line_feeds(chunk: bytes) -> int:
-    """Line feeds inside quoted CSV fields of ``chunk`` (whole records): rare, so counted only when present."""
-    if b'"' not in chunk:
-        return 0
-    inside, n = False, 0
-    for piece in chunk.split(b'"'):  # odd pieces lie inside quotes ("" escapes toggle twice)
-        if inside:
-            n += piece.count(b"\n")
-        inside = not inside
-    return n
 
 
 def _copy_json(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
     count = 0
-    for chunk in _copy_chunks(raw, sql, params, _COPY_JSON, batch_rows):
-        rows = chunk.count(b"\n")  # JSON text holds no raw line feed: one per row
+    for chunk, rows in _copy_chunks(raw, sql, params, JSON_COPY_OPTIONS, batch_rows):
         out.write_bytes(b"\n" if count == 0 else b",\n")
-        out.write_bytes(chunk[:-1].replace(b"\n", b",\n"))
+        out.write_bytes(sqltext.json_rows_from_copy(chunk, rows))
         count += rows
     return count
 
