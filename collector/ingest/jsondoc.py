@@ -164,11 +164,14 @@ class Decoder:
                 pass  # the standard decoder gives the verdict (and the error position)
             else:
                 encoded = orjson.dumps(value)
+                # The text re-encoded byte for byte (compact lines, as most shippers write them):
+                # every member kept (a dropped duplicate would shorten it), every number spelled
+                # in the text as decoded — the colon count and the exponent search are not needed.
+                if len(encoded) == len(text) and encoded == text.encode("utf-8"):
+                    return Decoded(value, by_orjson=True)
                 # "+" first: one memchr pass; "e+" alone is a slow two-byte search ("e" is common).
                 if text.count(":") == encoded.count(b":") and not (b"+" in encoded and b"e+" in encoded):
-                    if len(encoded) != len(text) or encoded != text.encode("utf-8"):
-                        # Identical re-encoding: every number is spelled in the text as decoded.
-                        self._unchecked.append(encoded)
+                    self._unchecked.append(encoded)
                     return Decoded(value, by_orjson=True)
         return self._decode_slow(text)
 

@@ -1,0 +1,217 @@
+"""The parse workers' fast path for the dominant input: a Fluent Bit record around a Spring Boot line.
+
+Shape (docs/shippers.md: ``tail`` + ``kubernetes`` filter, ``Merge_Log_Key``, ``Keep_Log On``,
+``json_lines``): one compact JSON object per line, Fluent Bit's ``kubernetes`` metadata, the
+application's line as the ``log`` string and the same object already decoded under the merge key
+(Spring ECS 3.4 flat or 3.5 nested, or any other payload format). ``unit`` turns such a line into
+the ``parse_pool.Unit`` the general path gives (``LineParser.feed_bytes`` → ``_unit``), in one
+function: no ``Envelope``, ``CanonicalRecord`` or ``Outcome`` object, no masker calls, the same
+decisions in the same order (``LineParser._line`` → ``envelopes.fluent`` → ``_enveloped`` →
+``_payload`` → ``RecordBuilder.build`` → ``CanonicalRecord.prepared``).
+
+It answers None — the caller then runs the general path on the line, from its start — for anything
+else: a line that is not exactly that shape (a ``\\u`` escape or NUL, whitespace around it, a
+``--format``, a partial line or one pending, another envelope, no merged object, a merged object
+that is not exactly the ``log`` text), a line in which a PAN may hide (``pan.may_contain_pan``, an
+exponent number, a source name: the general path masks), and every line the general path
+rejects. So it never masks, never rejects and never changes the PAN counter: those decisions stay
+in one place. ``tests/test_ingest_fastpath.py`` runs both paths over realistic and hostile lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from collector.ingest import envelopes, timestamps
+from collector.ingest.jsondoc import JsonRejected
+from collector.ingest.pan import may_contain_pan
+from collector.ingest.payloads import Rejected, _in_range, _scalar_text, detect_format, prepare
+from collector.ingest.record import (COLUMN_LIMITS, POSITION_CHARS, OutOfRange, attributes_json, coerce_latency_ms,
+                                     ledger_template, normalise_span_id, normalise_trace_id)
+from collector.store.canonical import content_hash
+
+if TYPE_CHECKING:
+    from collector.ingest.parser import LineParser
+
+_MERGE_KEYS = envelopes._MERGE_LOG_KEY_GUESSES
+_EXTRAS = (("container_image", "container_image"), ("pod_ip", "pod_ip"), ("labels", "labels"))
+_NOT_EXTRA = (None, "", {})
+_LIMITED = tuple(COLUMN_LIMITS.items())
+
+
+def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple[Any, ...] | None:
+    """The unit of one physical line (``data`` without its newline, not truncated), or None: run
+    the general path (see the module docstring). ``parser`` is the worker's ``LineParser``; only
+    its decoder's per-line exponent flag changes, as the general path changes it."""
+    if (len(data) > parser.max_line_bytes or parser._partials or parser.forced is not None
+            or data[:1] != b"{" or data[-1:] != b"}"):
+        return None
+    try:
+        line = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in line or "\\u" in line:  # the general path's "special" lines (sanitising, escapes)
+        return None
+    decoder = parser._decoder
+    decoder.saw_exponent = False
+    try:
+        decoded = decoder.decode(line, unicode_escapes=False)
+    except JsonRejected:
+        return None
+    doc = decoded.value
+    if not decoded.by_orjson or doc.__class__ is not dict or "resourceLogs" in doc \
+            or envelopes.detect(doc) != "fluentbit":
+        return None
+    if doc.get("_p") == "P" or doc.get("logtag") == "P":
+        return None
+    log = doc.get("log")
+    if log.__class__ is not str or log[:1] != "{" or log[-1:] != "}" or "\x00" in log or "\\u" in log:
+        return None
+    merged = next((doc[k] for k in _MERGE_KEYS if isinstance(doc.get(k), dict)), None)
+    if merged is None or not parser._same_as_merged(log, merged):
+        return None
+    if may_contain_pan(line, unicode_escapes=False) or decoder.saw_exponent or parser._source_may_contain_pan(source):
+        return None
+    try:
+        return _record(parser, doc, merged, line, source, position)
+    except (Rejected, OutOfRange):
+        return None
+
+
+def _envelope_time(value: Any, warnings: list[str]) -> tuple[int | None, int]:
+    """``envelopes._runtime_time`` without the ``Envelope``: ``(ns or None, precision)``."""
+    if value is None:
+        return None, 1
+    try:
+        return timestamps.parse_any(value, "UTC")
+    except timestamps.BadTimestamp as exc:
+        warnings.append(f"envelope time unreadable: {exc}")
+        return None, 1
+
+
+def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], line: str, source: str,
+            position: str) -> tuple[Any, ...] | None:
+    # -- envelopes.fluent, for a "fluentbit" record whose payload is the raw ``log`` line --------------
+    k8s = doc["kubernetes"]  # a dict: envelopes.detect said fluentbit by looking into it
+    s = envelopes._s
+    namespace, pod_name = s(k8s.get("namespace_name")), s(k8s.get("pod_name"))
+    pod_uid = envelopes.normalise_pod_uid(k8s.get("pod_id"))
+    node_name, container_name = s(k8s.get("host")), s(k8s.get("container_name"))
+    # detect said fluentbit, not fluentd: ``docker`` holds no container_id
+    container_id = envelopes.normalise_container_id(k8s.get("docker_id") or None)
+    extras = {dst: k8s[src] for src, dst in _EXTRAS if k8s.get(src) not in _NOT_EXTRA}
+    stream = s(doc.get("stream"))
+    env_warnings: list[str] = []
+    if "time" in doc:
+        runtime_ns, runtime_precision = _envelope_time(doc.get("time"), env_warnings)
+    elif "date" in doc:
+        runtime_ns, runtime_precision = _envelope_time(doc.get("date"), env_warnings)
+    else:
+        runtime_ns, runtime_precision = None, 1
+
+    # -- LineParser._payload: the merged object is the payload -------------------------------------
+    fmt = detect_format(app)  # no --format (checked)
+    flat = prepare(app, fmt)
+    raw_sha256 = _sha256(line)
+
+    # -- RecordBuilder.build with the null masker ---------------------------------------------------
+    builder = parser.builder
+    lookup = builder.aliases.lookup
+    consumed: set[str] = set()
+    warnings = list(env_warnings)
+    hit = lookup(flat, "transaction_id")
+    if hit is None:
+        return None
+    txn = _scalar_text(hit[1])
+    if txn is None:
+        return None
+    consumed.add(hit[0])
+    time = builder.event_time(flat, consumed)
+    if time is None:
+        if runtime_ns is None:
+            return None
+        time = _in_range((runtime_ns, runtime_precision), "the fluentbit envelope's timestamp")
+        warnings.append("event time taken from the envelope (runtime) timestamp")
+        extra = {"draudit.event_time_source": "envelope"}
+    else:
+        extra = None
+
+    def text(field_name: str) -> str | None:
+        h = lookup(flat, field_name)
+        if h is None:
+            return None
+        v = _scalar_text(h[1])
+        if v is not None:
+            consumed.add(h[0])
+        return v
+
+    model_name, model_version, decision = text("model_name"), text("model_version"), text("decision")
+    latency = None
+    h = lookup(flat, "latency_ms")
+    if h is not None:
+        latency = coerce_latency_ms(h[1])  # OutOfRange: the general path rejects (bad-latency)
+        if latency is None:
+            warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
+        else:
+            consumed.add(h[0])
+    tid = None
+    h = lookup(flat, "trace_id")
+    if h is not None:
+        tid = normalise_trace_id(h[1], h[0])
+        if tid is None:
+            warnings.append(f"trace id field {h[0]!r} is not 16/32 hex digits; kept in attributes")
+        else:
+            consumed.add(h[0])
+    sid = None
+    h = lookup(flat, "span_id")
+    if h is not None:
+        sid = normalise_span_id(h[1], h[0])
+        if sid is None:
+            warnings.append(f"span id field {h[0]!r} is not 16 hex digits; kept in attributes")
+        else:
+            consumed.add(h[0])
+
+    attributes = {k: v for k, v in flat.items() if k not in consumed}
+    if extra:
+        attributes.update(extra)
+    for k, v in extras.items():
+        attributes[f"envelope.{k}"] = v
+    if stream:
+        attributes["envelope.stream"] = stream
+    if container_id:
+        attributes["envelope.container_id"] = container_id
+    if runtime_ns is not None:
+        attributes["envelope.runtime_time_ns"] = runtime_ns
+    if warnings:
+        attributes["draudit.warnings"] = warnings
+
+    cluster = builder.cluster
+    namespace = namespace or None
+    model_name, model_version, decision = model_name or None, model_version or None, decision or None
+    checked = {"transaction_id": txn, "pod_namespace": namespace, "pod_name": pod_name, "container_name": container_name,
+               "node_name": node_name, "model_name": model_name, "model_version": model_version, "decision": decision,
+               "cluster": cluster}
+    for name, limit in _LIMITED:  # CanonicalRecord.too_long: the general path rejects (field-too-long)
+        v = checked[name]
+        if v is not None and len(v) > limit:
+            return None
+
+    # -- CanonicalRecord.prepared ------------------------------------------------------------------------
+    event_ns, precision = time
+    dedup_key = content_hash({
+        "transaction_id": txn, "event_time_ns": event_ns, "event_time_precision_ns": precision, "cluster": cluster,
+        "pod_uid": pod_uid, "pod_namespace": namespace, "pod_name": pod_name, "container_name": container_name,
+        "model_name": model_name, "model_version": model_version, "decision": decision, "latency_ms": latency,
+        "trace_id": tid, "span_id": sid,
+    })
+    attributes_text, exact = attributes_json(attributes)
+    values = (txn, event_ns, precision, cluster, pod_uid, "envelope" if pod_uid else None, namespace, pod_name,
+              container_name, node_name, model_name, model_version, decision, latency, tid, sid, fmt, "fluentbit",
+              source, position and position[:POSITION_CHARS], raw_sha256, dedup_key, attributes_text)
+    return source, position, values, exact, ledger_template(values, attributes_text, exact)
+
+
+def _sha256(text: str) -> str:
+    """``parser._sha256`` (the raw line's hash when no PAN is in it) of a text decoded from UTF-8."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
