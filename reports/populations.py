@@ -53,7 +53,6 @@ from sqlalchemy.orm import Session, aliased
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from collector.kube.normalize import device_capacity_bytes
-from collector.store.db import SQLITE_BUSY_TIMEOUT_MS
 from collector.store.models import (
     AllocationEpisode,
     AllocationResult,
@@ -365,27 +364,21 @@ def _lineage_text_inner(scope: Scope, co_tenancy: bool, record_ids: Sequence[int
 
 
 def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
-    """The transaction-lineage population rendered as text by the database, in the population's order.
+    """The transaction-lineage population rendered as text by PostgreSQL, in the population's order.
 
-    Returns ``(csv, json)`` statements. On PostgreSQL they are for ``COPY ... TO STDOUT``: ``csv``
-    selects the fields (COPY's own CSV output quotes them: ``reports.sqltext.copy_csv_value``) and
-    ``json`` the fields that COPY under ``JSON_COPY_OPTIONS`` writes as the row's JSON array (a
-    ``data`` row of the split table: ``reports.sqltext.copy_json_options``). On SQLite ``csv``
-    selects the CSV line with no field quoted (``reports.sqltext.csv_plain_line_sql``; lines that
-    fail ``csv_plain_ok`` are re-rendered by ``requoted_csv_lines``) and the record id; ``json`` the
-    JSON array.
+    Returns ``(csv, json)`` statements for ``COPY ... TO STDOUT``: ``csv`` selects the fields (COPY's
+    own CSV output quotes them: ``reports.sqltext.copy_csv_value``) and ``json`` the fields that COPY
+    under ``JSON_COPY_OPTIONS`` writes as the row's JSON array (a ``data`` row of the split table:
+    ``reports.sqltext.copy_json_options``). SQLite renders both in one statement (``_sqlite_both_stmt``).
 
     Raises:
-        ValueError: ``dialect`` is neither ``sqlite`` nor ``postgresql``.
+        ValueError: ``dialect`` is not ``postgresql``.
     """
+    if dialect != "postgresql":
+        raise ValueError(f"COPY statements are PostgreSQL's, not {dialect!r}'s")
     inner = _lineage_text_inner(scope, co_tenancy)
     spec = _lineage_text_spec()
     order = (inner.c.event_time_ns, inner.c.record_id)
-    if dialect == "sqlite":
-        json_col = literal_column(sqltext.json_array_sql(spec, dialect)).label("json_row")
-        plain = literal_column(sqltext.csv_plain_line_sql(spec, dialect)).label("csv_line")
-        return (select(plain, inner.c.record_id).select_from(inner).order_by(*order),
-                select(json_col).select_from(inner).order_by(*order))
     fields = [literal_column(sqltext.copy_csv_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
     json_fields = [literal_column(sqltext.copy_json_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
     return (select(*fields).select_from(inner).order_by(*order),
@@ -393,7 +386,9 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
 
 
 def _sqlite_both_stmt(scope: Scope, co_tenancy: bool):
-    """SQLite, one pass: (plain CSV line, record id, JSON array) per row, in the population's order."""
+    """SQLite, one pass: (plain CSV line, record id, JSON array) per row, in the population's order:
+    the CSV line with no field quoted (``reports.sqltext.csv_plain_line_sql``; lines that fail
+    ``csv_plain_ok`` are re-rendered by ``requoted_csv_lines``)."""
     inner = _lineage_text_inner(scope, co_tenancy)
     spec = _lineage_text_spec()
     return (select(literal_column(sqltext.csv_plain_line_sql(spec, "sqlite")), inner.c.record_id,
@@ -461,15 +456,14 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json`` (the JSON a
     split table, as every population), hashing as it writes.
 
-    The rows are rendered to text by the database (``lineage_text_stmts``): on PostgreSQL with two
-    ``COPY (SELECT ...) TO STDOUT`` (CSV formatted by the server's COPY; the JSON rows built by
-    the server), on SQLite with queries fetched ``batch_rows`` at a time. The CSV is read on the
-    session's connection, so it sees the same snapshot as the rest of the pack; the JSON on a second
-    connection reading that same snapshot (``_snapshot_twin``), in a thread, so the two files are
-    produced in parallel (the database work and the file writes release the GIL). Where the same
-    snapshot cannot be guaranteed on a second connection, both are read on the session's connection,
-    one after the other (PostgreSQL) or in one query (SQLite). Memory is bounded by a few batches
-    per file. The files are byte-identical across the two backends for the same rows.
+    The rows are rendered to text by the database. PostgreSQL: two ``COPY (SELECT ...) TO STDOUT``
+    (``lineage_text_stmts``), the CSV on the session's connection, so it sees the same snapshot as
+    the rest of the pack, the JSON on a second connection reading that same snapshot
+    (``_snapshot_twin``), in a thread, so the server renders the two files on two cores; where the
+    same snapshot cannot be guaranteed, both on the session's connection, one after the other.
+    SQLite: one query giving both texts per row (``_sqlite_both_stmt``), fetched ``batch_rows`` at a
+    time. Memory is bounded by a few batches per file. The files are byte-identical across the two
+    backends for the same rows.
 
     ``co_tenancy`` (the pack's sharing intervals per namespace) is loaded into a temporary table
     on each connection for the ``co_tenant_namespaces`` column and dropped afterwards; without it
@@ -500,7 +494,6 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
 def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int,
                    co_rows: Sequence[CoTenancy]) -> "WrittenPopulation":
     dialect, co_tenancy = conn.dialect.name, bool(co_rows)
-    csv_stmt, json_stmt = lineage_text_stmts(scope, dialect, co_tenancy)
     raw = conn.connection.driver_connection
     name = "transaction_lineage"
 
@@ -508,28 +501,27 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int,
         return requoted_csv_lines(raw, conn.dialect, scope, co_tenancy, ids)
 
     with TextSink(directory / f"{name}.csv", csv_line(LINEAGE_COLUMNS) + "\n", background=True) as csv_out, \
-            TextSink(directory / f"{name}.json", json_split_head(LINEAGE_COLUMNS), background=True) as json_out, \
-            _snapshot_twin(conn, co_rows) as twin, _utf8_bytes(raw, twin):
-        if twin is not None:
-            if dialect == "postgresql":
-                def csv_job() -> int:
-                    return _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
-
-                def json_job() -> int:
-                    return _copy_json(twin, *_compiled(conn, json_stmt), json_out, batch_rows)
-            else:
-                def csv_job() -> int:
-                    return _fetch_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows, requote)
-
-                def json_job() -> int:
-                    return _fetch_json(twin, *_compiled(conn, json_stmt), json_out, batch_rows)
-            count, json_count = _in_parallel(csv_job, json_job, twin)
-        elif dialect == "postgresql":
-            count = _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
-            json_count = _copy_json(raw, *_compiled(conn, json_stmt), json_out, batch_rows)
+            TextSink(directory / f"{name}.json", json_split_head(LINEAGE_COLUMNS), background=True) as json_out:
+        if dialect == "sqlite":
+            # One query, one thread: a second thread reading the JSON on its own connection used 1.8x the
+            # CPU (28.8 against 16.1 s at 1 M rows: the two fetch loops fight for the GIL, which sqlite3
+            # releases and takes back for every row) for at most the same wall time on 2 cores.
+            with _utf8_bytes(raw):
+                count = json_count = _fetch_both(raw, *_compiled(conn, _sqlite_both_stmt(scope, co_tenancy)),
+                                                 csv_out, json_out, batch_rows, requote)
         else:
-            count = json_count = _fetch_both(raw, *_compiled(conn, _sqlite_both_stmt(scope, co_tenancy)), csv_out,
-                                             json_out, batch_rows, requote)
+            csv_stmt, json_stmt = lineage_text_stmts(scope, dialect, co_tenancy)
+            with _snapshot_twin(conn, co_rows) as twin:
+                if twin is not None:
+                    def csv_job() -> int:
+                        return _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
+
+                    def json_job() -> int:
+                        return _copy_json(twin, *_compiled(conn, json_stmt), json_out, batch_rows)
+                    count, json_count = _in_parallel(csv_job, json_job, twin)
+                else:
+                    count = _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
+                    json_count = _copy_json(raw, *_compiled(conn, json_stmt), json_out, batch_rows)
         if json_count != count:
             raise RuntimeError(f"transaction lineage: {count} CSV rows but {json_count} JSON rows in one snapshot")
         json_out.write(json_split_tail(count))
@@ -581,31 +573,22 @@ def _snapshot_twin(conn, co_rows: Sequence[CoTenancy]) -> Iterator[Any]:
 
     PostgreSQL: ``conn`` must be in a REPEATABLE READ (or SERIALIZABLE) transaction, as a pack
     rendering is; its snapshot is exported (``pg_export_snapshot``) and the twin's REPEATABLE READ
-    transaction adopts it (``SET TRANSACTION SNAPSHOT``). SQLite (a database file): store sessions
-    begin with ``BEGIN IMMEDIATE`` (``collector.store.db``), so while ``conn``'s transaction lasts no
-    other connection can commit and any read transaction begun meanwhile sees what ``conn`` sees;
-    checked by failing to take the write lock from the twin. The twin does not see changes ``conn``
-    has not committed (a pack rendering makes none). The connection goes back to the pool
-    afterwards, its temporary table dropped.
+    transaction adopts it (``SET TRANSACTION SNAPSHOT``). None on SQLite (``write_lineage`` reads both
+    files in one query there). The twin does not see changes ``conn`` has not committed (a pack
+    rendering makes none). The connection goes back to the pool afterwards, its temporary table dropped.
     """
-    dialect = conn.dialect.name
-    if not conn.in_transaction() or (dialect == "sqlite" and conn.engine.url.database in (None, "", ":memory:")):
+    if conn.dialect.name != "postgresql" or not conn.in_transaction() \
+            or conn.get_isolation_level() not in ("REPEATABLE READ", "SERIALIZABLE"):
         yield None
         return
-    if dialect == "postgresql" and conn.get_isolation_level() not in ("REPEATABLE READ", "SERIALIZABLE"):
-        yield None
-        return
-    snapshot = conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one() if dialect == "postgresql" else None
+    snapshot = conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
     fairy = conn.engine.raw_connection()
     raw = fairy.driver_connection
     try:
-        if dialect == "postgresql":
-            yield _pg_twin(raw, conn.dialect, snapshot, co_rows)
-        else:
-            yield _sqlite_twin(raw, conn.dialect, co_rows)
+        yield _pg_twin(raw, conn.dialect, snapshot, co_rows)
     finally:
         try:
-            _twin_cleanup(raw, dialect)
+            _twin_cleanup(raw)
         except Exception:  # noqa: BLE001 - e.g. a cancelled COPY left it unusable: discard it, keep the first error
             fairy.invalidate()
         fairy.close()
@@ -636,37 +619,11 @@ def _pg_twin(raw, dialect, snapshot: str, co_rows: Sequence[CoTenancy]):
     return raw
 
 
-def _sqlite_twin(raw, dialect, co_rows: Sequence[CoTenancy]):
-    cursor = raw.cursor()
-    try:
-        cursor.execute("PRAGMA busy_timeout=0")
-        try:
-            cursor.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError:
-            pass  # the write lock is held (by the rendering transaction): nothing can commit meanwhile
-        else:
-            cursor.execute("ROLLBACK")
-            return None
-        finally:
-            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        if co_rows:
-            _load_co_tenancy(cursor, dialect, co_rows)  # the temp database: no lock on the main one
-        cursor.execute("BEGIN")
-        return raw
-    finally:
-        cursor.close()
-
-
-def _twin_cleanup(raw, dialect: str) -> None:
-    if dialect == "postgresql":
-        if raw.info.transaction_status != 0:  # not idle: end the transaction (the temporary table goes with it)
-            raw.execute("ROLLBACK")
-        raw.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
-        raw.autocommit = False
-    else:
-        if raw.in_transaction:
-            raw.execute("ROLLBACK")
-        raw.execute(f"DROP TABLE IF EXISTS temp.{CO_TENANCY.name}")
+def _twin_cleanup(raw) -> None:
+    if raw.info.transaction_status != 0:  # not idle: end the transaction (the temporary table goes with it)
+        raw.execute("ROLLBACK")
+    raw.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
+    raw.autocommit = False
 
 
 def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
@@ -683,23 +640,6 @@ def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
 def _json_batch(rows: list[bytes], first: bool) -> bytes:
     """JSON row arrays as the next lines of the split table's ``data`` (comma-separated)."""
     return (b"\n" if first else b",\n") + b",\n".join(rows)
-
-
-def _fetch_csv(raw, sql: str, params, out: "TextSink", batch_rows: int,
-               requote: Callable[[list[int]], dict[int, bytes]]) -> int:
-    count = 0
-    for rows in _fetched(raw, sql, params, batch_rows):
-        out.write_bytes(_csv_batch(rows, requote))
-        count += len(rows)
-    return count
-
-
-def _fetch_json(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
-    count = 0
-    for rows in _fetched(raw, sql, params, batch_rows):
-        out.write_bytes(_json_batch([r[0] for r in rows], count == 0))
-        count += len(rows)
-    return count
 
 
 def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int,
