@@ -74,16 +74,7 @@ def copy_csv_value(expr: str, kind: str, dialect: str) -> str:
     Raises:
         ValueError: ``dialect`` is not ``postgresql`` or ``kind`` is unknown.
     """
-    if dialect != "postgresql":
-        raise ValueError(f"COPY is PostgreSQL's; dialect {dialect!r} renders CSV with csv_line_sql")
-    _check([("field", expr, kind)], dialect)
-    if kind == INT:
-        return expr
-    if kind == BOOL:
-        return _bool_text(expr)
-    if kind == TIME:
-        return _time_text(expr, dialect)
-    return f"NULLIF({expr}, '')"
+    return _copy_value(expr, kind, dialect, f"NULLIF({expr}, '')")
 
 
 def copy_json_value(expr: str, kind: str, dialect: str) -> str:
@@ -94,14 +85,18 @@ def copy_json_value(expr: str, kind: str, dialect: str) -> str:
     Raises:
         ValueError: ``dialect`` is not ``postgresql`` or ``kind`` is unknown.
     """
+    return _copy_value(expr, kind, dialect, expr)
+
+
+def _copy_value(expr: str, kind: str, dialect: str, text_field: str) -> str:
     if dialect != "postgresql":
-        raise ValueError(f"COPY is PostgreSQL's; dialect {dialect!r} renders JSON with json_array_sql")
+        raise ValueError(f"COPY is PostgreSQL's; dialect {dialect!r} renders text with csv_line_sql and json_array_sql")
     _check([("field", expr, kind)], dialect)
     if kind == TIME:
         return _time_text(expr, dialect)
     if kind == BOOL:
         return _bool_text(expr)
-    return expr
+    return expr if kind == INT else text_field
 
 
 def copy_json_options(columns: Sequence[tuple[str, str, str]]) -> str:
