@@ -321,11 +321,13 @@ _FULL_ROW = {"transaction_id": "T-000193", "event_time_ns": 1_764_403_200_000_00
     # members named like the late columns, nested and at the top of the attributes object
     {"conflict": True, "id": None, "received_ns": 1, "run_id": "x", "z": {"id": 2, "conflict": "\",\"id\":"}},
     {"s": "caf\u00e9 \u2028 \"quoted\" \\ \t", "f": -0.0, "e": 1e300, "l": [1, {"b": 2, "a": 1}], "empty": {}},
+    {"%b": "%s", "p": "50%", "nul": "\u0000"},
 ])
 @pytest.mark.parametrize("overrides", [
     {},
     {"latency_ms": None, "trace_id": None, "span_id": None, "pod_uid": None, "position": None},
     {"transaction_id": "T\u00e9\"", "source": "/p/\u2603.log", "latency_ms": 1e-7},
+    {"transaction_id": "100%b %s %%", "source": "/p/%d.log", "position": "%b"},
     {"transaction_id": "", "cluster": None, "event_time_ns": -2 ** 63, "event_time_precision_ns": 1},
 ])
 @pytest.mark.parametrize("late", [(False, 1, 1_764_403_201_000_000_000, "r"), (True, 2 ** 62, 0, None)])
@@ -339,10 +341,10 @@ def test_ledger_leaf_completed_from_a_records_template_is_the_rows_leaf(attribut
     row = dict(_FULL_ROW, **overrides)
     text = "null" if not attributes else orjson.dumps(attributes, option=orjson.OPT_SORT_KEYS).decode()
     values = tuple(row[c] for c in PREPARED_COLUMNS[:-1]) + (text,)
-    template = ledger_template(values, text, True)
-    assert template is not None and len(template) == len(LATE_COLUMNS) + 1
-    leaf = ledger.leaf_from_template(template, [orjson.dumps(v) for v in late])
-    stored = dict(row, attributes=attributes, **dict(zip(LATE_COLUMNS, late)))
+    template = ledger_template(values, True)
+    assert template is not None and template.count(b"%b") - template.count(b"%%b") == len(LATE_COLUMNS)
+    leaf = ledger.leaf_from_template(template, (text.encode(),) + tuple(orjson.dumps(v) for v in late))
+    stored = dict(row, attributes=attributes, **dict(zip(LATE_COLUMNS[1:], late)))
     table = ledger.ledgered_table("inference_records")
     assert leaf == _reference_leaf(table, stored) == ledger.leaf_hash(table, stored)
 
@@ -351,9 +353,9 @@ def test_no_ledger_template_where_the_fast_leaf_encoding_does_not_apply():
     from collector.ingest.record import LATE_COLUMNS, ledger_template
 
     values = tuple(_FULL_ROW[c] for c in PREPARED_COLUMNS[:-1]) + ("null",)
-    assert ledger_template(values, "null", False) is None  # attributes text not exact
+    assert ledger_template(values, False) is None  # attributes text not exact
     big = tuple(2 ** 64 if c == "event_time_ns" else v for c, v in zip(PREPARED_COLUMNS, values))
-    assert ledger_template(big, "null", True) is None  # beyond 64 bits: canonical_json's fallback
+    assert ledger_template(big, True) is None  # beyond 64 bits: canonical_json's fallback
     assert ledger.leaf_template("inference_records", PREPARED_COLUMNS, values, tuple(reversed(LATE_COLUMNS))) is None
     assert ledger.leaf_template("quarantine", ("id",), (1,), ("run_id",)) is None  # a datetime column
 

@@ -206,10 +206,29 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], line
         "trace_id": tid, "span_id": sid,
     })
     attributes_text, exact = attributes_json(attributes)
-    values = (txn, event_ns, precision, cluster, pod_uid, "envelope" if pod_uid else None, namespace, pod_name,
-              container_name, node_name, model_name, model_version, decision, latency, tid, sid, fmt, "fluentbit",
-              source, position and position[:POSITION_CHARS], raw_sha256, dedup_key, attributes_text)
-    return source, position, values, exact, ledger_template(values, attributes_text, exact)
+    # Values that repeat from line to line (one pod's, one model's) as one object each: pickle sends
+    # an object once per chunk and refers to it after, so the writer's process unpickles fewer.
+    values = (txn, event_ns, precision, cluster, _same(pod_uid), "envelope" if pod_uid else None, _same(namespace),
+              _same(pod_name), _same(container_name), _same(node_name), _same(model_name), _same(model_version),
+              _same(decision), latency, tid, sid, fmt, "fluentbit", source, position and position[:POSITION_CHARS],
+              raw_sha256, dedup_key, attributes_text)
+    return source, position, values, exact, ledger_template(values, exact)
+
+
+_SEEN: dict[str, str] = {}
+_SEEN_MAX = 4096
+
+
+def _same(value: str | None) -> str | None:
+    """One object per distinct string among the last few thousand (an equal value, so an equal unit)."""
+    if value is None:
+        return None
+    seen = _SEEN.get(value)
+    if seen is None:
+        if len(_SEEN) >= _SEEN_MAX:
+            _SEEN.clear()
+        seen = _SEEN[value] = value
+    return seen
 
 
 def _sha256(text: str) -> str:

@@ -203,7 +203,7 @@ class CanonicalRecord:
             self.source_format, self.envelope, self.source, self.position and self.position[:POSITION_CHARS],
             self.raw_sha256, self.dedup_key(), text,
         )
-        return PreparedRecord(values, exact, ledger_template(values, text, exact))
+        return PreparedRecord(values, exact, ledger_template(values, exact))
 
 
 def _finite(value: Any) -> Any:
@@ -232,23 +232,22 @@ def attributes_json(attributes: dict[str, Any] | None) -> tuple[str, bool]:
         return canonical_json(_finite(attributes)).decode("utf-8"), False
 
 
-# The inference_records columns only the writer knows (its ledger leaf is completed with them),
-# in sorted order, as ``ledger.leaf_template`` takes them.
-LATE_COLUMNS = ("conflict", "id", "received_ns", "run_id")
+# The inference_records columns whose leaf encodings the writer fills into a record's ledger leaf
+# template, in sorted order (``ledger.leaf_template``): those only it knows, and the attributes,
+# whose text it has anyway (the template would carry it twice through the worker's pipe).
+LATE_COLUMNS = ("attributes", "conflict", "id", "received_ns", "run_id")
 
 
-def ledger_template(values: tuple[Any, ...], attributes_text: str, exact: bool) -> tuple[bytes, ...] | None:
-    """The ``inference_records`` ledger leaf of a row with these ``PREPARED_COLUMNS`` values, cut
-    where ``LATE_COLUMNS`` go (``ledger.leaf_template``), the attributes as the writer hands them to
-    the ledger (their exact text); None when the text is not exact (``attributes_json``) or the
-    leaf's fast encoding does not take a value: the writer then hashes the row itself.
+def ledger_template(values: tuple[Any, ...], exact: bool) -> bytes | None:
+    """The ``inference_records`` ledger leaf of a row with these ``PREPARED_COLUMNS`` values with
+    a hole for each of ``LATE_COLUMNS`` (``ledger.leaf_template``); None when the attributes text
+    is not exact (``attributes_json``: the leaf then holds the value read back, not the text) or
+    the leaf's fast encoding does not take a value: the writer then hashes the row itself.
 
     Computed where the record is prepared (a parse worker, in parallel runs): the writer then
-    joins five pieces and hashes them instead of encoding the row again.
+    fills five holes and hashes instead of encoding the row again.
     """
-    if not exact:
-        return None
-    return _leaf_template((*values[:-1], orjson.Fragment(attributes_text)))
+    return _leaf_template(values) if exact else None
 
 
 _leaf_template = ledger.leaf_template_function("inference_records", PREPARED_COLUMNS, LATE_COLUMNS)
@@ -258,13 +257,13 @@ class PreparedRecord:
     """A record as ``PREPARED_COLUMNS`` values with ``attributes`` as JSON text: what the writer
     needs, and cheap to pickle (parse workers send these). Already PAN-masked, like its record.
 
-    ``exact_json``: see ``attributes_json``. ``leaf``: ``ledger_template``'s pieces, or None.
+    ``exact_json``: see ``attributes_json``. ``leaf``: ``ledger_template``'s template, or None.
     """
 
     __slots__ = ("values", "exact_json", "leaf")
 
     def __init__(self, values: tuple[Any, ...], exact_json: bool = True,
-                 leaf: tuple[bytes, ...] | None = None) -> None:
+                 leaf: bytes | None = None) -> None:
         self.values = values
         self.exact_json = exact_json
         self.leaf = leaf

@@ -178,8 +178,8 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
     if not fresh:
         return
     # Ledger leaves: a record prepared with its leaf template (``record.ledger_template``) is
-    # completed with the values only known here (``record.LATE_COLUMNS``: conflict, id,
-    # received_ns, run_id) and hashed; any other is hashed from its row, as ``ledger.append_values``
+    # completed with its attributes text and the values only known here (``record.LATE_COLUMNS``:
+    # conflict, id, received_ns, run_id) and hashed; any other is hashed from its row, as ``ledger.append_values``
     # would, with the attributes as the ledger reads them back.
     try:
         late: tuple[bytes, ...] | None = (orjson.dumps(received_ns), orjson.dumps(run_id))
@@ -193,7 +193,7 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
         rec, params = fresh.pop(key)
         conflicts += params[-1]
         if rec.leaf is not None and late is not None:
-            leaf = ledger.leaf_from_template(rec.leaf, (flags[params[-1]], b"%d" % rid) + late)
+            leaf = ledger.leaf_from_template(rec.leaf, (params[_ATTRS].encode("utf-8"), flags[params[-1]], b"%d" % rid) + late)
         else:
             text = params[_ATTRS]
             attributes = orjson.Fragment(text) if rec.exact_json else json.loads(text)

@@ -259,20 +259,20 @@ def values_leaf(table_name: str, columns: Sequence[str]):
     return _values_leaf(ledgered_table(table_name), tuple(columns))
 
 
-LeafTemplate = tuple[bytes, ...]
+LeafTemplate = bytes  # a leaf's encoding with a %b hole per late value (leaf_template)
 
 
 def leaf_template(table_name: str, columns: Sequence[str], values: Sequence[Any],
                   late: Sequence[str]) -> LeafTemplate | None:
-    """The leaf encoding of a row whose ``late`` columns are not known yet, cut where they go.
+    """The leaf encoding of a row whose ``late`` columns are not known yet, with a hole where each goes.
 
     For the row ``dict(zip(columns, values))`` completed with the ``late`` values (table columns
-    in neither are None), the bytes ``leaf_hash`` hashes are ``t[0] + enc(late[0]) + t[1] + … +
-    enc(late[-1]) + t[-1]``, ``enc`` being ``orjson.dumps`` (``leaf_from_template``): the leaf
-    is one compact, key-sorted JSON object whose members are each encoded on their own, whatever
-    their neighbours' values, so it is cut where the late values go (``leaf_template_function``).
-    Lets a parse worker do the costly part (the row's text, with its attributes) and the writer
-    only join and hash once the id is known.
+    in neither are None), the bytes ``leaf_hash`` hashes are ``t % (enc(late[0]), …)`` (bytes
+    ``%b`` formatting; ``enc``: the value's leaf encoding, ``orjson.dumps``, or a JSON column's
+    exact text) — ``leaf_from_template``. The leaf is one compact, key-sorted JSON object whose
+    members are each encoded on their own, whatever their neighbours' values, so it can be cut
+    where the late values go (``leaf_template_function``). Lets a parse worker do the costly part
+    (the row's text) and the writer only fill in and hash once the id is known.
 
     Args:
         table_name: a ledgered table (``leaf_hash``'s column set).
@@ -281,21 +281,23 @@ def leaf_template(table_name: str, columns: Sequence[str], values: Sequence[Any]
         late: the columns filled in later, in sorted order (the order the leaf's keys take).
 
     Returns:
-        The ``len(late) + 1`` pieces, or None where ``leaf_hash`` would not take its fast
-        encoding (a datetime column, a value orjson refuses: a datetime, an integer beyond 64
-        bits): the caller then hashes the completed row the usual way.
+        The template (bytes, every ``%`` of the encoding doubled, a ``%b`` per late value), or
+        None where ``leaf_hash`` would not take its fast encoding (a datetime column, a value
+        orjson refuses: a datetime, an integer beyond 64 bits): the caller then hashes the
+        completed row the usual way.
     """
     return leaf_template_function(table_name, tuple(columns), tuple(late))(values)
 
 
 @lru_cache(maxsize=None)
 def leaf_template_function(table_name: str, columns: tuple[str, ...], late: tuple[str, ...]):
-    """``leaf_template`` for rows of ``columns`` cut at ``late``, as a function of the value tuple.
+    """``leaf_template`` for rows of ``columns`` with holes at ``late``, as a function of the value tuple.
 
     One ``orjson.dumps`` of the whole leaf content with each late column's value a NUL byte (an
-    ``orjson.Fragment``, written as given), split at the NULs: orjson writes no NUL byte of its
-    own (a NUL in a string is escaped), so the pieces are exactly the bytes around the late values
-    (a row whose values hold a NUL some other way, a fragment, gives a piece too many: None).
+    ``orjson.Fragment``, written as given), then ``%`` doubled and each NUL made ``%b``: orjson
+    writes no NUL byte of its own (a NUL in a string is escaped), so the holes are exactly where
+    the late values go (a row whose values hold a NUL some other way, a fragment, gives a hole too
+    many: None).
     """
     table = ledgered_table(table_name)
     names = _column_names(table)
@@ -304,27 +306,24 @@ def leaf_template_function(table_name: str, columns: tuple[str, ...], late: tupl
     missing, marker = len(columns), len(columns) + 1  # positions of the two values appended to each tuple
     pick = itemgetter(*[marker if n in late else columns.index(n) if n in columns else missing for n in names])
     nul = orjson.Fragment(b"\x00")
-    cuts = len(late) + 1
+    holes = len(late)
 
     def template(values: Sequence[Any]) -> LeafTemplate | None:
         try:
             data = orjson.dumps(dict(zip(names, pick((*values, None, nul)))), default=_fast_default, option=_FAST_OPTS)
         except (_NotFast, orjson.JSONEncodeError):
             return None
-        pieces = tuple(data.split(b"\x00"))
-        return pieces if len(pieces) == cuts else None
+        if data.count(b"\x00") != holes:
+            return None
+        return data.replace(b"%", b"%%").replace(b"\x00", b"%b") if b"%" in data else data.replace(b"\x00", b"%b")
 
     return template
 
 
-def leaf_from_template(template: LeafTemplate, late_values: Sequence[bytes]) -> str:
-    """``leaf_hash`` of the completed row: ``late_values`` are the late columns' ``orjson.dumps``
-    encodings, in the order ``leaf_template`` was given them."""
-    parts = [template[0]]
-    for value, piece in zip(late_values, template[1:]):
-        parts.append(value)
-        parts.append(piece)
-    return sha256(b"".join(parts)).hexdigest()
+def leaf_from_template(template: LeafTemplate, late_values: tuple[bytes, ...]) -> str:
+    """``leaf_hash`` of the completed row: ``late_values`` are the late columns' leaf encodings
+    (``orjson.dumps`` of the value; a JSON column's exact text), in the order of ``late``."""
+    return sha256(template % late_values).hexdigest()
 
 
 def append_leaves(session: Session, table_name: str, entries: Iterable[tuple[str, str]]) -> Head:
