@@ -44,8 +44,18 @@ def _verify_directory(root: Path, public_key: Ed25519PublicKey | None) -> list[C
     present = {rel: digest_file(p, rel) for rel, p in pack_files(root) if rel not in (MANIFEST_NAME, SIGNATURE_NAME)}
     oddities = [Check(f"extra {p.relative_to(root).as_posix()}", False, "not a regular file (link or device)")
                 for p in sorted(root.rglob("*")) if p.is_symlink()]
+    directories = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_dir() and not p.is_symlink()]
     signature = sig_path.read_bytes() if sig_path.is_file() else None
-    return check_pack(manifest_path.read_bytes(), signature, present, public_key) + oddities
+    return (check_pack(manifest_path.read_bytes(), signature, present, public_key) + oddities
+            + _empty_directories(directories, present))
+
+
+def _empty_directories(directories, files) -> list[Check]:
+    """A failed ``extra`` check per directory (pack-relative POSIX path) that holds none of the pack's
+    ``files``: nothing in the manifest lives there, so it was added after the pack was written."""
+    parents = {parent.as_posix() for rel in files for parent in PurePosixPath(rel).parents}
+    return [Check(f"extra {d}/", False, "a directory holding no file of the pack (added after it was written)")
+            for d in sorted(set(directories) - parents)]
 
 
 # What reading a damaged archive raises: a cut gzip stream (EOFError), a corrupt one (zlib.error,
@@ -76,6 +86,7 @@ def _verify_members(tar: tarfile.TarFile, archive: Path, public_key: Ed25519Publ
     manifest_data: bytes | None = None
     signature: bytes | None = None
     tops: set[str] = set()
+    directories: list[str] = []
     with tar:
         for member in tar:
             name = PurePosixPath(member.name)
@@ -84,6 +95,8 @@ def _verify_members(tar: tarfile.TarFile, archive: Path, public_key: Ed25519Publ
                 continue
             tops.add(name.parts[0])
             if member.isdir():
+                if len(name.parts) > 1:
+                    directories.append(PurePosixPath(*name.parts[1:]).as_posix())
                 continue
             rel = PurePosixPath(*name.parts[1:]).as_posix() if len(name.parts) > 1 else ""
             if not member.isfile() or not rel:
@@ -109,4 +122,4 @@ def _verify_members(tar: tarfile.TarFile, archive: Path, public_key: Ed25519Publ
         bad.append(Check("archive", False, f"archive holds {len(tops)} top-level entries; a pack archive holds one directory"))
     if manifest_data is None:
         return [Check("manifest", False, f"{MANIFEST_NAME} is missing from {archive}")] + bad
-    return check_pack(manifest_data, signature, present, public_key) + bad
+    return check_pack(manifest_data, signature, present, public_key) + bad + _empty_directories(directories, present)

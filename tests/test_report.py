@@ -406,6 +406,17 @@ def test_tampering_is_detected_and_named(sessions, tmp_path, bundle, key):
     assert [n for n, _ in _fail_names(verify_pack(pack, key.public_key()))] == ["extra data/extra.csv"]
     shutil.rmtree(pack)
 
+    pack = copy("added-directory")  # an empty directory (nested too) is not part of the pack either
+    (pack / "data/notes/draft").mkdir(parents=True)
+    (pack / "evidence").mkdir()
+    assert [n for n, _ in _fail_names(verify_pack(pack, key.public_key()))] == [
+        "extra data/notes/", "extra data/notes/draft/", "extra evidence/"]
+    with tarfile.open(tmp_path / "with-directory.tar.gz", "w:gz") as tar:
+        tar.add(pack, arcname="pack")
+    assert [n for n, _ in _fail_names(verify_pack(tmp_path / "with-directory.tar.gz", key.public_key()))] == [
+        "extra data/notes/", "extra data/notes/draft/", "extra evidence/"]
+    shutil.rmtree(pack)
+
     # swap the manifest for one recomputed over a forged file: digests match, the signature does not
     pack = copy("swapped")
     (pack / "data/findings.csv").write_text("rule\nnothing-to-see\n")
