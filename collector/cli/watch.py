@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 def _kube_options(fn):
     fn = click.option("--kubeconfig", default=None, metavar="FILE", help="kubeconfig file (env DRAUDIT_KUBECONFIG or KUBECONFIG; default: in-cluster service account, then ~/.kube/config).")(fn)
     fn = click.option("--context", "kube_context", default=None, help="kubeconfig context (env DRAUDIT_KUBE_CONTEXT).")(fn)
-    fn = click.option("--server", "api_server", default=None, metavar="URL", hidden=True, help="API server URL without auth (tests, demo).")(fn)
+    fn = click.option("--server", "api_server", default=None, metavar="URL", help="Plain-HTTP API server URL, no authentication: the local simulator (python -m collector.sim), tests, the demo. In a cluster use the service account or --kubeconfig.")(fn)
     fn = click.option("--cluster", default=None, help="Name recorded with every row (env DRAUDIT_CLUSTER, default 'default').")(fn)
     fn = click.option("--leader-elect/--no-leader-elect", default=None, help="Lease leader election (env DRAUDIT_LEADER_ELECT).")(fn)
     return fn
