@@ -224,7 +224,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         watcher.stop()
         srv.stop()
 
-    ingest = _ingest_totals(sessions, file_counts, otlp_answer)
+    ingest = _ingest_totals(sessions, file_counts, otlp_answer, logs.otlp_path.read_bytes())
 
     t2 = time.monotonic()
     say("attributing transactions to physical GPUs", 0.75)
@@ -290,8 +290,12 @@ def _consumer_pods(session, finding: dict[str, Any]) -> list[str]:
     return sorted({f"{ns}/{pod}" for ns, claim, pod in rows if (ns, claim) in names})
 
 
-def _ingest_totals(sessions, file_counts, otlp_answer: dict[str, Any]) -> dict[str, int]:
-    """Lines read, stored, quarantined… over both sources, reconciled against the store."""
+def _ingest_totals(sessions, file_counts, otlp_answer: dict[str, Any], otlp_body: bytes) -> dict[str, int]:
+    """Lines and log records read, stored, duplicated, quarantined over both sources.
+
+    ``read`` (the file's lines + the OTLP request's log records) = ``stored`` + ``duplicates`` +
+    ``quarantined``, each counted where it happened: the file run's counters, the OTLP answer's
+    ``rejectedLogRecords`` (OTLP/HTTP ``partialSuccess``), and the store (rows of a fresh demo store)."""
     from collector.store.models import InferenceRecord, Quarantine
 
     with sessions() as s:
@@ -299,5 +303,12 @@ def _ingest_totals(sessions, file_counts, otlp_answer: dict[str, Any]) -> dict[s
         quarantined = s.execute(select(func.count()).select_from(Quarantine).where(Quarantine.stage == "ingest")).scalar_one()
     counts = file_counts.as_dict() if hasattr(file_counts, "as_dict") else dict(vars(file_counts))
     rejected = int(((otlp_answer or {}).get("partialSuccess") or {}).get("rejectedLogRecords") or 0)
-    return {"file_read": int(counts.get("read", 0)), "otlp_rejected": rejected, "stored": int(stored),
-            "quarantined": int(quarantined), "pan_masked": int(counts.get("pan_masked", 0))}
+    otlp_records = sum(len(scope.get("logRecords") or []) for resource in json.loads(otlp_body).get("resourceLogs") or []
+                       for scope in resource.get("scopeLogs") or [])
+    file_read, file_stored = int(counts.get("read", 0)), int(counts.get("stored", 0))
+    file_duplicates = int(counts.get("duplicates", 0))
+    otlp_duplicates = otlp_records - rejected - (int(stored) - file_stored)  # accepted, not stored again
+    return {"read": file_read + otlp_records, "stored": int(stored), "duplicates": file_duplicates + otlp_duplicates,
+            "quarantined": int(quarantined), "pan_masked": int(counts.get("pan_masked", 0)),
+            "file_read": file_read, "file_stored": file_stored, "file_duplicates": file_duplicates,
+            "file_quarantined": int(counts.get("quarantined", 0)), "otlp_records": otlp_records, "otlp_rejected": rejected}

@@ -34,7 +34,12 @@ def test_demo_reports_the_planted_violation_and_a_verified_pack(demo):
     assert (out / "pack" / "report.pdf").exists() and (out / "pack" / "manifest.sig").exists()
     t = result["transactions"]
     assert t["unattributed"] == 0 and t["exact"] >= 0.99 * sum(t.values())
-    assert result["ingest"]["pan_masked"] == 1 and result["ingest"]["quarantined"] == 5
+    ing = result["ingest"]
+    assert ing["pan_masked"] == 1 and ing["quarantined"] == 5
+    # both sources counted; the store's quarantine rows are the file's plus the OTLP rejections
+    assert ing["read"] == ing["file_read"] + ing["otlp_records"] and ing["otlp_records"] > 0
+    assert ing["quarantined"] == ing["file_quarantined"] + ing["otlp_rejected"]
+    assert ing["read"] == ing["stored"] + ing["duplicates"] + ing["quarantined"]
 
 
 def test_trace_of_sample_ids_matches_the_scenario_placement(demo):

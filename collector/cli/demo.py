@@ -81,7 +81,9 @@ def _print_summary(r) -> None:
     e(f"  transactions: {total} attributed  exact {t['exact']}  ambiguous {t['ambiguous']}  unattributed {t['unattributed']}"
       + (f"  (reasons: {', '.join(f'{k} {v}' for k, v in sorted(r.by_reason.items()))})" if r.by_reason else ""))
     ing = r.ingest
-    e(f"  ingest: {ing['stored']} stored, {ing['quarantined']} quarantined with reasons, {ing['pan_masked']} card number(s) masked")
+    e(f"  ingest: {ing['read']} read ({ing['file_read']} file lines, {ing['otlp_records']} OTLP log records) = "
+      f"{ing['stored']} stored + {ing['duplicates']} duplicates + {ing['quarantined']} quarantined with reasons; "
+      f"{ing['pan_masked']} card number(s) masked")
     e("  findings:")
     for f in r.findings:
         subjects = f.get("subjects") or {}
