@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector import __version__
 from collector.errors import UserError
+from collector.policy.period import future_end_error
 from collector.store import ledger
 from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import (AttributionSettings, EvidencePack, InferenceRecord, LedgerEntry, Lineage,
@@ -130,11 +131,9 @@ def refuse_future_period(request: PackRequest, now: datetime) -> None:
     Raises:
         UserError: naming ``--to``, the current time and what to give instead.
     """
-    if request.period_to > now:
-        latest = now.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-        raise UserError(f"--to {request.period_to.astimezone(timezone.utc).isoformat().replace('+00:00', 'Z')} is in "
-                        f"the future (now {latest}): a pack covers a period that has ended; give --to {latest} or "
-                        "earlier (for a whole day, the day after it has ended)")
+    error = future_end_error(request.period_to, now, "a pack")
+    if error:
+        raise UserError(error)
 
 
 @dataclass

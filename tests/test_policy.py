@@ -301,3 +301,62 @@ def test_a_manual_evaluation_of_a_one_cluster_store_restates_the_schedulers_find
     monkeypatch.setenv("DRAUDIT_CLUSTER", "prod-eu-2")  # as `draudit run` and `ingest` read it
     other = CliRunner().invoke(cli, args)
     assert other.exit_code == 0 and "0 findings (0 new)" in other.output  # prod-eu-2 holds nothing
+
+
+def _stopped_with_unapproved_allocations_open(s) -> None:
+    # The demo's story: claims from a DeviceClass the shipped bundle does not approve, still held
+    # when the collector stopped at 09:10 and never came back.
+    h = History(s)
+    h.device("node-u", "gpu-0", gpu_uuid("U0"))
+    h.device("node-u", "gpu-1", gpu_uuid("U1"))
+    h.allocation("team-a", "scoring", "node-u", "gpu-0", 8 * H, None, device_class="a10g-shared-memory")
+    h.allocation("team-a", "scoring-2", "node-u", "gpu-1", 9 * H, None, device_class="a10g-shared-memory",
+                 consumers=[("scoring-2-pod", 9 * H + 60, None)])
+    for kind in ("ResourceClaim", "ResourceSlice", "Pod", "DeviceClass"):
+        h.watch(kind, "stopped", 9 * H + 600)
+
+
+def test_a_period_after_the_collector_stopped_holds_no_allocation_and_no_empty_interval(sessions, bundle,
+                                                                                        regorus_engine):
+    # Newcomer finding: a window after the stop stored two HIGH unapproved-device-class findings over
+    # [start, start] ("held physical GPU … from 08:48:00Z to 08:48:00Z (0 s)"): nobody observed the
+    # allocations then. Only the stop itself is a fact of such a period.
+    with sessions.begin() as s:
+        _stopped_with_unapproved_allocations_open(s)
+    after = (at(9 * H + 680), at(9 * H + 740))
+    facts = _facts(sessions, after, now_ns=at(12 * H))
+    assert (facts["allocation_groups"], facts["overlaps"], facts["idle_allocations"]) == ([], [], [])
+    result = evaluate_period(sessions, bundle, regorus_engine, *after, now_ns=at(12 * H))
+    assert {f["rule"] for f in result.findings} == {"coverage/observation-gap"}
+    assert all(f["to_ns"] > f["from_ns"] for f in result.findings)
+    # the same allocations in a period that saw them: real intervals, ending at the stop
+    during = evaluate_period(sessions, bundle, regorus_engine, at(9 * H), at(10 * H), now_ns=at(12 * H))
+    unapproved = [f for f in during.findings if f["rule"] == "inventory/unapproved-device-class"]
+    assert sorted((f["from_ns"], f["to_ns"]) for f in unapproved) == [(at(9 * H), at(9 * H + 600))] * 2
+    every = [f for f in during.findings + result.findings]
+    assert all(f["to_ns"] > f["from_ns"] for f in every)
+
+
+def test_facts_never_carry_an_empty_interval_whatever_the_period(sessions):
+    with sessions.begin() as s:
+        _stopped_with_unapproved_allocations_open(s)
+    for start_s in (8 * H + 60, 9 * H + 599, 9 * H + 600, 9 * H + 601, 20 * H):
+        facts = _facts(sessions, (at(start_s), at(start_s + H)), now_ns=at(23 * H))
+        intervals = [(a["from_ns"], a["to_ns"]) for a in iter_allocations(facts)]
+        intervals += [(o["from_ns"], o["to_ns"]) for o in facts["overlaps"]]
+        intervals += [(i["from_ns"], i["to_ns"]) for i in facts["idle_allocations"]]
+        intervals += [(g["from_ns"], g["to_ns"]) for g in facts["coverage_gaps"]]
+        assert all(hi > lo for lo, hi in intervals), (start_s, intervals)
+        assert bool(list(iter_allocations(facts))) == (start_s < 9 * H + 600)
+
+
+def test_cli_eval_refuses_a_period_that_has_not_ended(database_url, sessions, planted):
+    # as `draudit report` does: an evaluation of hours still to come would state them as observed
+    args = ["policy", "eval", "--from", "2099-01-01", "--to", "2099-01-02", "--database-url", database_url]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2
+    assert "--to 2099-01-02T00:00:00Z is in the future (now " in res.output
+    assert "an evaluation covers a period that has ended; give --to " in res.output
+    with sessions() as s:
+        assert s.execute(select(func.count()).select_from(Finding)).scalar_one() == 0
+

@@ -115,12 +115,18 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     from collector.policy.bundle import BundleError, load_bundle
     from collector.policy.engines import make_policy_engine
     from collector.policy.findings import evaluate_period
+    from collector.policy.period import future_end_error
 
     settings = settings_from(database_url=database_url, opa_url=opa_url, policy_bundle=bundle_dir)
-    end = _time(to, "--to") or utcnow()
+    now = utcnow()
+    end = _time(to, "--to") or now
     start = _time(from_, "--from") or end - DEFAULT_PERIOD
     if end <= start:
         raise UserError(f"--from {start.isoformat()} is not before --to {end.isoformat()}")
+    # as `draudit report`: facts of a period that has not ended would be stated before they happen
+    refusal = future_end_error(end, now, "an evaluation")
+    if refusal:
+        raise UserError(refusal)
     bundle = load_bundle(settings.policy_bundle)
     if not bundle.decision_packages:
         raise BundleError(f"{bundle.root}: no package defines `findings contains ...`")

@@ -11,7 +11,9 @@ clipped to the period; a handover's predecessor that ended before the period kee
 An allocation still held when evaluated ends at its cluster's *last observation*: now while the
 ResourceClaim watch is live, else the moment that watch lost its stream or the collector stopped
 (``watch_state``), and never after the period's end. A fact is never stated beyond what was seen:
-the scheduler evaluates the current UTC day, whose end is still in the future.
+the scheduler evaluates the current UTC day, whose end is still in the future. An allocation,
+overlap or idle stretch of which nothing was observed within the period (the collector stopped
+before the period started) is not a fact of the period: facts never carry an empty interval.
 
 The document (``build_facts(...)``)::
 
@@ -331,14 +333,14 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
             (rid, _episode, row_cluster, _uid, namespace, claim, driver, pool, device, device_class, admin, _share,
              state_id, gpu, _mig, _multiple, start, end, in_period) = row
             rows[rid] = tuple(row)
-            if in_period:
+            observed = clip.observed(start, end, row_cluster)
+            if in_period and observed:
                 key = (namespace, device_class, bool(admin), state_id is not None)
                 group = groups.get(key)
                 if group is None:
                     group = groups[key] = {"namespace": namespace, "device_class": device_class, "admin_access": key[2],
                                            "known_device": key[3], "allocations": []}
-                group["allocations"].append([rid, claim, driver, pool, device, gpu, clip.start(start),
-                                             clip.end(end, row_cluster, start)])
+                group["allocations"].append([rid, claim, driver, pool, device, gpu, *observed])
         allocation_groups = [groups[k] for k in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k))]
         for group in allocation_groups:
             group["allocations"].sort()
@@ -351,9 +353,9 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
 
         overlaps = [
             {"physical_gpu_uuid": rows[a][_GPU] or rows[b][_GPU],
-             "same_device": bool(same), "from_ns": clip.start(start), "to_ns": clip.end(end, rows[b][2], start),
-             "a": side(a), "b": side(b)}
+             "same_device": bool(same), "from_ns": seen[0], "to_ns": seen[1], "a": side(a), "b": side(b)}
             for a, b, start, end, same in conn.execute(text(_OVERLAPS), params).all()
+            if (seen := clip.observed(start, end, rows[b][2])) is not None
         ]
         handovers = [
             {"physical_gpu_uuid": rows[n][_GPU] or rows[p][_GPU],
@@ -393,12 +395,20 @@ class _Clipper:
         """The last instant allocations of ``cluster`` were observed, within the period."""
         return min(self.hi, self.now, self.unobserved_since.get(cluster, self.now))
 
-    def end(self, value: int, cluster: str | None = None, start_ns: int | None = None) -> int:
+    def end(self, value: int, cluster: str | None = None) -> int:
         if value >= OPEN_END_NS:
             value = self.horizon(cluster)
-            if start_ns is not None:  # seen starting after the horizon (clock or gap race): a point
-                value = max(value, min(start_ns, self.hi))
         return max(min(value, self.hi), self.lo)
+
+    def observed(self, start_ns: int, end_ns: int, cluster: str | None) -> tuple[int, int] | None:
+        """``(from_ns, to_ns)`` of what was observed of ``[start_ns, end_ns)`` (``OPEN_END_NS``: still
+        open) within the period, or None when nothing of it was: it lies outside the period, or it
+        was still open and the cluster's last observation (``horizon``) is at or before the period
+        start or before its own start. A fact is never the empty interval ``[t, t]``: a period after
+        the collector stopped holds no allocation (nobody observed one then), not allocations of
+        length zero at its start (newcomer finding: "held GPU … from 08:48:00Z to 08:48:00Z (0 s)")."""
+        lo, hi = self.start(start_ns), self.end(end_ns, cluster)
+        return (lo, hi) if hi > lo else None
 
 
 def _drop(conn: Any) -> None:
@@ -430,8 +440,8 @@ def _idle_allocations(conn: Any, params: dict[str, Any], clip: _Clipper) -> list
     for episode_id, cluster, claim_uid, namespace, claim, start, end in conn.execute(text(_IDLE), params):
         real_end = None if end >= OPEN_END_NS else end
         measured_end = min(end, clip.horizon(cluster))
-        if measured_end <= start:
-            continue
+        if measured_end <= start or clip.end(measured_end) <= clip.start(start):
+            continue  # not observed idle within the period (e.g. the collector stopped before it)
         out.append({"episode_id": episode_id, "cluster": cluster, "claim_uid": claim_uid, "namespace": namespace,
                     "claim": claim, "idle_from_ns": start, "idle_to_ns": real_end, "duration_ns": measured_end - start,
                     "from_ns": clip.start(start), "to_ns": clip.end(measured_end)})
