@@ -36,8 +36,9 @@ class NeverRecorded:
     def __bool__(self) -> bool:
         return bool(self.clusters or self.namespaces)
 
-    def warning(self) -> str:
-        """One line for the CLI's standard error, naming the known clusters; empty when nothing is unknown."""
+    def warning(self, consequence: str = "the pack says so on its cover") -> str:
+        """One line for the CLI's standard error, naming the known clusters, ending with
+        ``consequence`` in parentheses (what the command does about it); empty when nothing is unknown."""
         parts = []
         if self.clusters:
             known = ", ".join(self.known_clusters) or "none: no cluster was ever watched"
@@ -45,7 +46,7 @@ class NeverRecorded:
                          f"(known clusters: {known})")
         if self.namespaces:
             parts.append(f"no object of namespace {', '.join(self.namespaces)} was ever recorded in this store")
-        return "warning: " + "; ".join(parts) + " (the pack says so on its cover)" if parts else ""
+        return "warning: " + "; ".join(parts) + f" ({consequence})" if parts else ""
 
     def doc(self) -> dict[str, list[str]]:
         """For the manifest: ``{"clusters": [...], "namespaces": [...], "known_clusters": [...]}``."""

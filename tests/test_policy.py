@@ -360,3 +360,14 @@ def test_cli_eval_refuses_a_period_that_has_not_ended(database_url, sessions, pl
     with sessions() as s:
         assert s.execute(select(func.count()).select_from(Finding)).scalar_one() == 0
 
+
+def test_cli_eval_warns_about_a_cluster_never_recorded(database_url, sessions, planted):
+    args = ["policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]), "--cluster", "nope",
+            "--database-url", database_url]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0
+    assert ("warning: no object of cluster nope was ever recorded in this store (known clusters: prod-eu-1)"
+            in res.stderr)
+    assert "0 findings" in res.stdout
+    known = CliRunner().invoke(cli, args[:-4] + ["--cluster", "prod-eu-1", "--database-url", database_url])
+    assert known.exit_code == 0 and "warning" not in known.stderr

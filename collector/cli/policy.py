@@ -116,6 +116,7 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     from collector.policy.engines import make_policy_engine
     from collector.policy.findings import evaluate_period
     from collector.policy.period import future_end_error
+    from reports.scope_names import never_recorded
 
     settings = settings_from(database_url=database_url, opa_url=opa_url, policy_bundle=bundle_dir)
     now = utcnow()
@@ -134,6 +135,11 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     engine.load_bundle(bundle)
     _engine, sessions = open_store(settings)
     cluster = cluster or _default_cluster(sessions)
+    if cluster:  # a typo in --cluster would otherwise read as a clean "0 findings" (as `draudit report` warns)
+        with sessions() as session:
+            unknown = never_recorded(session, (cluster,), ())
+        if unknown:
+            click.echo(unknown.warning("nothing of it can be evaluated: 0 findings says nothing about it"), err=True)
     result = evaluate_period(sessions, bundle, engine, dt_to_ns(start), dt_to_ns(end), cluster)
     if output == "json":
         echo_json([{"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "subjects": f["subjects"],
