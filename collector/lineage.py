@@ -77,7 +77,15 @@ over kinds). Once the horizon has passed ``t + settle_s`` the row is settled and
 (bounded work). Only rows whose verdict changed are rewritten (their ``attributed_at`` moves),
 so a run without new records or new history writes nothing. ``exact`` rows are not revisited;
 a history correction is what ``all=True`` is for. A cluster the watcher never recorded has no
-horizon: its rows are settled (coverage cannot start before the first watch). Because exact rows
+horizon, and its rows are ``unknown-cluster``: a verdict resting on the absence of any history.
+Once the cluster has history (``watch_state`` or ``coverage_intervals`` rows) those rows are
+re-evaluated by the next run whatever their time (usually into ``coverage-gap``: the first watch
+started after them), and rewritten like the others; they then settle by the horizon rule. The
+other reasons need no such rule: a ``coverage-gap``, ``no-pod``, ``no-claim``... of a time that
+history may still reach is inside the settle window, and a cluster that is not being watched
+cannot gain history before the instant its watch resumes (coverage never starts in the past).
+Revisiting skips records a live watcher has not observed yet (below): they stay as they are and
+are re-evaluated by a later run, once the horizon has passed ``t + skew``. Because exact rows
 are final, a record later than a *live* cluster's horizon − skew (every kind synced: the history
 still arrives) is not attributed yet — it stays pending until the horizon has passed ``t + skew``;
 a transition committed late inside its window then makes it ``ambiguous`` as it must.
@@ -918,12 +926,31 @@ class _Run:
         return [~w for w in _awaiting_history(self.s, self.skew_ns, self.cluster)]
 
     def collect_unsettled(self, settle_ns: int) -> int:
-        """Fill ``T_REVISIT`` with non-exact rows later than their cluster's horizon − settle."""
+        """Fill ``T_REVISIT`` with the non-exact rows whose history may have changed since they were
+        computed (module docstring, "Late history"):
+
+        * rows later than their cluster's horizon − settle (history of their time may still arrive);
+        * ``unknown-cluster`` rows of a cluster that now has watch history: the verdict rested on the
+          absence of any history, which the watcher has since ended (whatever the record's time: a
+          first watch makes a gap, or coverage, of every earlier instant).
+
+        Records whose verdict the live watcher cannot know yet (``not_yet_observed``) are left as they
+        are: re-evaluated now they might become ``exact`` (final) before a transition inside their
+        skew window is committed; they stay inside the settle window, so a later run takes them.
+        """
+        rec_cluster = func.coalesce(R.c.cluster, literal(self.cluster))
+        observable = self.not_yet_observed()
         for cluster, horizon_ns in sorted(history_horizons(self.s).items()):
             self.s.execute(insert(T_REVISIT).from_select(["record_id"], select(R.c.id).select_from(
                 R.join(L, L.c.record_id == R.c.id)).where(
-                R.c.event_time_ns > horizon_ns - settle_ns, L.c.status != "exact",
-                func.coalesce(R.c.cluster, literal(self.cluster)) == cluster)))
+                R.c.event_time_ns > horizon_ns - settle_ns, L.c.status != "exact", rec_cluster == cluster,
+                *observable)))
+        known = known_clusters(self.s)
+        if known:
+            self.s.execute(insert(T_REVISIT).from_select(["record_id"], select(R.c.id).select_from(
+                R.join(L, L.c.record_id == R.c.id)).where(
+                NOT_EXACT, L.c.reason == "unknown-cluster", rec_cluster.in_(known), *observable,
+                ~exists().where(T_REVISIT.c.record_id == R.c.id))))
         return self.s.execute(select(func.count()).select_from(T_REVISIT)).scalar_one()
 
     def revisit(self) -> dict[tuple[str, str | None], int]:
