@@ -106,6 +106,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping, Sequence
@@ -167,6 +168,10 @@ COVERAGE_KINDS = ("Pod", "ResourceClaim", "ResourceSlice")
 DEFAULT_CLUSTER = "default"
 DEFAULT_SETTLE_S = 600.0
 DEFAULT_CHUNK_RECORDS = 250_000
+# Upper bounds of the tolerances (s). A skew beyond a day would make every transition of a day
+# "near" (nothing exact); both keep t ± bound far inside BIGINT ns and the sentinels below.
+MAX_CLOCK_SKEW_S = 86_400.0
+MAX_SETTLE_S = 365 * 86_400.0
 # Sentinels for "no bound on this side" (ns since the epoch; far outside any real time, inside BIGINT).
 NEG_INF_NS = -(1 << 62)
 POS_INF_NS = 1 << 62
@@ -281,10 +286,27 @@ def _pins_cte(serving_containers: Mapping[str, str]):
     return (union_all(*rows) if len(rows) > 1 else rows[0]).cte("pins")
 
 
+def _seconds_ns(value: float, what: str, maximum_s: float, option: str) -> int:
+    """``value`` seconds as integer ns, checked to lie in ``[0, maximum_s]``.
+
+    Raises:
+        UserError: NaN, negative, infinite or above ``maximum_s`` (each would otherwise surface as a
+            traceback: ``int(inf)`` is an OverflowError, ns beyond BIGINT one from the driver).
+    """
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= maximum_s):
+        raise UserError(f"{what} {value} s: must be a non-negative number of seconds, at most {maximum_s:.0f} "
+                        f"({option})")
+    return int(round(value * NS_PER_S))
+
+
 def _skew_ns(clock_skew_s: float) -> int:
-    if clock_skew_s < 0:
-        raise UserError(f"clock skew {clock_skew_s} s: must be a non-negative number of seconds (--clock-skew-s)")
-    return int(round(clock_skew_s * NS_PER_S))
+    """The clock-skew tolerance in ns; ``UserError`` outside ``[0, MAX_CLOCK_SKEW_S]``."""
+    return _seconds_ns(clock_skew_s, "clock skew", MAX_CLOCK_SKEW_S, "--clock-skew-s, DRAUDIT_CLOCK_SKEW_S")
+
+
+def _settle_ns(settle_s: float) -> int:
+    """The settle window in ns; ``UserError`` outside ``[0, MAX_SETTLE_S]``."""
+    return _seconds_ns(settle_s, "settle window", MAX_SETTLE_S, "--settle-s")
 
 
 def _in_gap(cluster: ColumnElement, t: ColumnElement) -> ColumnElement[int]:
@@ -1132,8 +1154,7 @@ def attribute_run(
         UserError: bad ``clock_skew_s``, ``settle_s``, ``chunk_records`` or ``serving_containers``.
     """
     skew_ns = _skew_ns(clock_skew_s)
-    if settle_s < 0:
-        raise UserError(f"settle window {settle_s} s: must be a non-negative number of seconds (--settle-s)")
+    settle_ns = _settle_ns(settle_s)
     if chunk_records < 1:
         raise UserError(f"chunk of {chunk_records} records: must be at least 1")
     if serving_containers:
@@ -1149,7 +1170,7 @@ def attribute_run(
             session.execute(delete(L))
             revisited = 0
         else:
-            revisited = run.collect_unsettled(int(round(settle_s * NS_PER_S)))
+            revisited = run.collect_unsettled(settle_ns)
         written = run.attribute_new(chunk_records)
         revised = run.revisit() if revisited else {}
     by_status = {s: 0 for s in STATUSES}

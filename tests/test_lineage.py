@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from sqlalchemy import insert, select, update
 
 from collector.cli import cli
+from collector.errors import UserError
 from collector.lineage import attribute, attribute_run, trace
 from collector.store.models import (
     AllocationEpisode,
@@ -526,3 +527,20 @@ def test_cli_attribute_and_trace(sessions, database_url, monkeypatch):
 
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--clock-skew-s", "-1"])
     assert res.exit_code == 2 and "--clock-skew-s must be a non-negative" in res.output  # the flag, as typed
+
+
+@pytest.mark.parametrize("value", ["inf", "1e10", "-inf", "nan", "86400.5"])
+def test_out_of_range_tolerances_are_one_line_errors(sessions, database_url, value):
+    """`--clock-skew-s inf` / `1e10` were an OverflowError traceback; every command names the range."""
+    runner = CliRunner()
+    for args in (["attribute", "--clock-skew-s", value], ["trace", "txn-x", "--clock-skew-s", value],
+                 ["attribute", "--settle-s", value if value != "86400.5" else "4e7"]):
+        res = runner.invoke(cli, [*args, "--database-url", database_url])
+        assert res.exit_code == 2, (args, res.output)
+        assert f"{args[-2]} must be a non-negative number of seconds, at most" in res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+    with sessions() as session:  # the library says the same, for DRAUDIT_CLOCK_SKEW_S or a caller
+        with pytest.raises(UserError, match="clock skew .* at most 86400"):
+            attribute_run(session, clock_skew_s=float(value))
+        with pytest.raises(UserError, match="settle window"):
+            attribute_run(session, settle_s=float("inf"))

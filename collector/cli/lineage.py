@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
@@ -21,8 +22,24 @@ def _serving_containers(values: tuple[str, ...]) -> dict[str, str]:
     return pins
 
 
+def _seconds_in_range(maximum: str):
+    """A click callback: the flag's value as given, or a one-line error naming the flag and the
+    allowed range, 0 to ``collector.lineage.<maximum>`` (``inf`` and ``1e10`` were an OverflowError
+    traceback from the attribution run; imported when called: the CLI loads collector.lineage lazily)."""
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        import collector.lineage
+
+        maximum_s = getattr(collector.lineage, maximum)
+        if value is not None and not (math.isfinite(value) and 0 <= value <= maximum_s):
+            raise UserError(f"{param.opts[0]} must be a non-negative number of seconds, at most {maximum_s:.0f} "
+                            f"(got {value:g})")
+        return value
+    return check
+
+
 def _skew_option(fn):
     return click.option("--clock-skew-s", "clock_skew_s", type=float, default=None, metavar="S",
+                        callback=_seconds_in_range("MAX_CLOCK_SKEW_S"),
                         help="Tolerance in seconds around pod/claim/device transitions; a transaction "
                              "closer than this to one is 'ambiguous' (env DRAUDIT_CLOCK_SKEW_S, default 2).")(fn)
 
@@ -37,6 +54,7 @@ def _serving_option(fn):
 @click.option("--all", "all_", is_flag=True, help="Recompute every transaction (after a history correction), "
                                                   "not only those without a lineage row.")
 @click.option("--settle-s", "settle_s", type=float, default=600.0, show_default=True, metavar="S",
+              callback=_seconds_in_range("MAX_SETTLE_S"),
               help="Re-evaluate unattributed/ambiguous transactions whose time is within S seconds of the "
                    "newest history the watcher has recorded (it may still arrive late); rewrite those that "
                    "change.")
