@@ -1370,7 +1370,8 @@ def _empty_trace(transaction_id: str) -> dict[str, Any]:
         "claim": {"namespace": None, "name": None, "uid": None, "request": None},
         "device": {"driver": None, "pool": None, "device": None},
         "device_uuid": None, "physical_gpu_uuid": None, "product": None, "mig_profile": None, "co_tenants": [],
-        "conflict": False,
+        "conflict": False, "record_id": None, "cluster": None, "container": None, "decision": None,
+        "candidates": None,
     }
 
 
@@ -1390,9 +1391,14 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
         ``[{"transaction_id", "time" (RFC 3339 UTC), "status", "reason",
         "pod": {namespace, name, uid, node}, "claim": {namespace, name, uid, request},
         "device": {driver, pool, device}, "device_uuid", "physical_gpu_uuid", "product",
-        "mig_profile", "co_tenants": [{namespace, pod, pod_uid, claim}], "conflict"}]``; ``conflict``
-        is true for a record stored after another with the same id and different content (the
-        ingest flag: the shipper or the application logged two different things under one id).
+        "mig_profile", "co_tenants": [{namespace, pod, pod_uid, claim}], "conflict", "record_id",
+        "cluster", "container", "decision", "candidates"}]``; ``conflict`` is true for a record
+        stored after another with the same id and different content (the ingest flag: the shipper
+        or the application logged two different things under one id), and ``record_id``
+        (``inference_records.id``), ``container`` (the logging container) and ``decision`` (the
+        model's, as logged) tell such records apart; ``cluster`` is the record's, else ``cluster``;
+        ``candidates`` as in ``lineage`` (distinct GPUs plus results without a device record; the
+        pods for ``several-pods``). New keys are added at the end: existing ones keep name and order.
     """
     out: list[dict[str, Any]] = []
     _generic_plans(session)
@@ -1490,6 +1496,7 @@ def _trace_stmt() -> Select:
     cluster = func.coalesce(r.c.cluster, bindparam("cluster", type_=String()))
     rec = (
         select(r.c.id, r.c.event_time_ns, r.c.cluster, r.c.conflict, cluster.label("eff_cluster"),
+               r.c.container_name.label("rec_container"), r.c.decision.label("rec_decision"),
                r.c.pod_namespace.label("rec_pod_namespace"),
                r.c.pod_name.label("rec_pod_name"), lin.c.record_id.label("lineage_id"),
                *[lin.c[c] for c in VERDICT_COLUMNS],
@@ -1549,6 +1556,8 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
         "device": {"driver": lin.driver, "pool": lin.pool, "device": lin.device},
         "device_uuid": lin.device_uuid, "physical_gpu_uuid": lin.physical_gpu_uuid,
         "product": lin.product_name, "mig_profile": lin.mig_profile, "conflict": bool(rec.conflict),
+        "record_id": rec.id, "cluster": cluster, "container": rec.rec_container, "decision": rec.rec_decision,
+        "candidates": lin.candidates,
     })
     if lin is not rec and lin.physical_gpu_uuid is not None:
         doc["co_tenants"] = co_tenants(session, cluster=cluster, physical_gpu_uuid=lin.physical_gpu_uuid,

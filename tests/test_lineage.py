@@ -457,16 +457,17 @@ def test_trace_document_and_co_tenants(hist):
     h.claim("etl-mig", T0, T0 + 30 * S, results=[("gpu", "gpu-node-a", "gpu-0-mig-3g40gb-9-4")],
             consumers=[(gone, "etl-job-abc12", T0, T0 + 30 * S)])
     elsewhere, _ = single_gpu_pod(h, "fraud-scorer-1", "gpu-node-a", "gpu-1", T0)
-    h.record("txn-7781", T0 + 90 * S + 250_000_000, pod="fraud-scorer-0")
+    kept = h.record("txn-7781", T0 + 90 * S + 250_000_000, pod="fraud-scorer-0")
     # the same transaction id shipped twice with different content (a conflict)
-    h.record("txn-7781", T0 + 91 * S, pod="fraud-scorer-0", decision="DECLINE", conflict=True)
+    again = h.record("txn-7781", T0 + 91 * S, pod="fraud-scorer-0", decision="DECLINE", conflict=True)
     attribute(h.s, cluster=CLUSTER)
 
     docs = trace(h.s, ["txn-7781", "txn-missing"], cluster=CLUSTER)
     assert [d["transaction_id"] for d in docs] == ["txn-7781", "txn-7781", "txn-missing"]
     first = docs[0]
     assert list(first) == ["transaction_id", "time", "status", "reason", "pod", "claim", "device", "device_uuid",
-                           "physical_gpu_uuid", "product", "mig_profile", "co_tenants", "conflict"]
+                           "physical_gpu_uuid", "product", "mig_profile", "co_tenants", "conflict",
+                           "record_id", "cluster", "container", "decision", "candidates"]
     assert first == {
         "transaction_id": "txn-7781", "time": "2026-11-29T09:01:30.25Z", "status": "exact", "reason": None,
         "pod": {"namespace": NS, "name": "fraud-scorer-0", "uid": scorer, "node": "gpu-node-a"},
@@ -475,9 +476,12 @@ def test_trace_document_and_co_tenants(hist):
         "device_uuid": "MIG-aaaa0000-1111-5222-8333-444455556666", "physical_gpu_uuid": GPU_A, "product": A100,
         "mig_profile": "3g.40gb",
         "co_tenants": [{"namespace": "genai", "pod": "chatbot-5b6c7d-k2l3m", "pod_uid": other, "claim": "chatbot-mig"}],
-        "conflict": False,
+        "conflict": False, "record_id": kept, "cluster": CLUSTER, "container": "triton", "decision": "APPROVE",
+        "candidates": 1,
     }
     assert docs[1]["time"] == "2026-11-29T09:01:31Z" and docs[1]["status"] == "exact" and docs[1]["conflict"] is True
+    # the two records of one id differ in more than the flag: which record, what it decided
+    assert (docs[1]["record_id"], docs[1]["decision"]) == (again, "DECLINE")
     assert docs[2]["status"] == "not-found" and docs[2]["physical_gpu_uuid"] is None
     assert elsewhere not in json.dumps(docs)
 
@@ -489,6 +493,7 @@ def test_trace_attributes_on_the_fly_without_writing(hist):
     h.record("txn-fresh", T0 + 60 * S, pod_uid=uid)
     (doc,) = trace(h.s, ["txn-fresh"], cluster=CLUSTER)
     assert (doc["status"], doc["physical_gpu_uuid"]) == ("exact", GPU_A)
+    assert (doc["cluster"], doc["container"], doc["decision"], doc["candidates"]) == (CLUSTER, "triton", "APPROVE", 1)
     assert h.s.execute(select(Lineage.record_id)).first() is None
 
 
@@ -524,6 +529,7 @@ def test_cli_attribute_and_trace(sessions, database_url, monkeypatch):
     res = runner.invoke(cli, ["trace", "txn-cli-1", "txn-nope", "--database-url", database_url])
     assert res.exit_code == 1
     assert GPU_A in res.output and "not-found" in res.output
+    assert f"cluster       {CLUSTER}" in res.output and "decision      APPROVE" in res.output
 
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--clock-skew-s", "-1"])
     assert res.exit_code == 2 and "--clock-skew-s must be a non-negative" in res.output  # the flag, as typed

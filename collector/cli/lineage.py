@@ -110,8 +110,13 @@ def _print_trace(doc: dict) -> None:
         status += "  [conflict: this id was stored before with different content]"
     lines = [
         ("transaction", doc["transaction_id"]),
+        ("record", doc["record_id"]),
+        ("cluster", doc["cluster"]),
         ("time", doc["time"]),
+        ("container", doc["container"]),
+        ("decision", doc["decision"]),
         ("status", status),
+        ("candidates", doc["candidates"]),
         ("pod", f"{pod['namespace']}/{pod['name']} uid={pod['uid'] or '-'} node={pod['node'] or '-'}"
          if pod["uid"] or pod["name"] else None),
         ("claim", f"{claim['namespace']}/{claim['name']} uid={claim['uid']} request={claim['request']}" if claim["uid"] else None),
