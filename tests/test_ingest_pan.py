@@ -302,3 +302,32 @@ def test_digits_of_other_scripts_are_checked_by_their_value():
     assert luhn_ok(arabic) and not luhn_ok(arabic[:-1] + chr(0x0662))
     not_a_pan = "ref " + arabic[:-1] + chr(0x0662)  # Luhn fails: kept, digits read as ASCII
     assert mask_text(not_a_pan) == ("ref 4111111111111112", 0)
+
+
+@pytest.mark.parametrize("text, masked", [
+    # a digit written as a JSON escape: the raw line of {"note": "4111111111111111"} (a newcomer test
+    # recovered the PAN from raw_sha256, a hash of the line with this left unmasked)
+    ('{"note":"\\u0034111111111111111"}', '{"note":"411111******1111"}'),
+    ('{"note":"\\uff14\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11\\uff11'
+     '\\uff11\\uff11"}', '{"note":"411111******1111"}'),                                      # full-width, escaped
+    ('{"log":"{\\"n\\":\\"\\\\u0034111 1111\\\\u00201111 1111\\"}"}', '{"log":"{\\"n\\":\\"411111******1111\\"}"}'),  # escaped twice
+    ('{"n":"' + "".join("\\ud835\\udf%02x" % (0xce + int(c)) for c in "4111111111111111") + '"}',
+     '{"n":"411111******1111"}'),                                                           # surrogate pairs
+    ('{"a":"4111111111111111\\u0031","b":"\\u0035555555555554444"}',                        # plain PAN next to an escaped digit
+     '{"a":"411111******11111","b":"555555******4444"}'),  # escapes written as digits once one hides a PAN
+])
+def test_digits_written_as_unicode_escapes_are_masked_as_digits(text, masked):
+    import json
+
+    from collector.ingest.pan import may_contain_pan, unescape_digits
+
+    assert may_contain_pan(text)
+    assert mask_text(text)[0] == masked and mask_text(text)[1] >= 1
+    decoded = json.loads(masked)
+    assert PanMasker().value(decoded) == decoded  # no PAN left once decoded either
+    assert unescape_digits('{"m":"caf\\u00e9 \\u00a0 \\u0031"}') == '{"m":"caf\\u00e9 \\u00a0 1"}'
+
+
+def test_escaped_digits_that_are_no_pan_are_left_as_written():
+    text = '{"m":"order \\u0034\\u0032 of 13 items, ref 4111111111111112"}'  # Luhn fails
+    assert mask_text(text) == (text, 0)

@@ -457,11 +457,54 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     as ``PanMasker.value``'s ``keep_int_keys`` for the parsed times. Any other run, also a 13-18
     digit value under those keys or one with separators, is masked as usual.
 
+    A digit written as a JSON ``\\uXXXX`` escape (``\\u0034``, full-width ``\\uff14``, a surrogate
+    pair for one beyond the BMP; any number of backslashes) counts as the digit (``unescape_digits``):
+    a raw line is masked as the values decoded from it are. When such a digit is part of a PAN, the
+    text returned has the escaped digits written as ASCII digits.
+
     Returns:
         ``(masked_text, number_of_pans_masked)``; the text is returned unchanged (same object)
         when nothing was masked.
     """
-    return _mask_text(text, keep_otlp_times, windowed=len(text) >= WINDOWED_FROM_CHARS)
+    masked, count = _mask_text(text, keep_otlp_times, windowed=len(text) >= WINDOWED_FROM_CHARS)
+    if "\\u" not in masked:
+        return masked, count
+    # Second pass over the digits written as escapes: the first has masked the PANs written
+    # plainly (an escaped digit next to one must not hide it by making the run longer).
+    unescaped = unescape_digits(masked)
+    if unescaped is masked:
+        return masked, count
+    again, more = _mask_text(unescaped, keep_otlp_times, windowed=len(unescaped) >= WINDOWED_FROM_CHARS)
+    return (again, count + more) if more else (masked, count)
+
+
+# A JSON \uXXXX escape, with any number of backslashes (an application's line escaped again in a
+# shipper's string), or a UTF-16 surrogate pair of them (a character beyond the BMP).
+_UNICODE_ESCAPE = re.compile(r"\\+u[dD][89abAB][0-9a-fA-F]{2}\\+u[dD][c-fC-F][0-9a-fA-F]{2}|\\+u[0-9a-fA-F]{4}")
+
+
+def _escaped_digit(match: re.Match[str]) -> str:
+    """The ASCII digit a ``_UNICODE_ESCAPE`` match stands for when it is a decimal digit (Unicode Nd), else the match."""
+    hexes = re.findall(r"u([0-9a-fA-F]{4})", match.group())
+    units = [int(h, 16) for h in hexes]
+    code = units[0] if len(units) == 1 else 0x10000 + ((units[0] - 0xD800) << 10) + (units[1] - 0xDC00)
+    digit = unicodedata.decimal(chr(code), None)
+    return match.group() if digit is None else str(digit)
+
+
+def unescape_digits(text: str) -> str:
+    """``text`` with every JSON ``\\uXXXX`` escape of a decimal digit (any script, any number of
+    backslashes, surrogate pairs) written as the ASCII digit; the same object when there is none.
+
+    ``{"note":"\\u0034111111111111111"}`` decodes to a PAN: masking the raw text without this would
+    keep it, and a hash of that text would give its middle digits away to a brute force over
+    10^6 candidates (PCI DSS 3.5.1.1). Other escapes stay as they are (separator escapes are
+    separator units already: ``_SEP_UNIT``).
+    """
+    if "\\u" not in text:
+        return text
+    out = _UNICODE_ESCAPE.sub(_escaped_digit, text)
+    return text if out == text else out
 
 
 # From this length mask_text searches only the windows that can hold a candidate (whole lines).
@@ -578,16 +621,20 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     Returns:
         ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
     """
-    m = TRAILING_DIGIT_RUN.search(text, max(0, len(text) - _CUT_END_CHARS))
+    original = text
+    tail = max(0, len(text) - _CUT_END_CHARS)
+    if "\\u" in text[tail:]:  # a digit written as a \uXXXX escape is a digit (``unescape_digits``)
+        text = text[:tail] + unescape_digits(text[tail:])
+    m = TRAILING_DIGIT_RUN.search(text, tail)
     if m is None:
-        return text, 0
+        return original, 0
     start = m.start()
     lead = _SEP_RUN.match(text, start)  # separators before the first digit stay
     if lead:
         start = lead.end()
     digits = "".join(_SEP_RUN.split(text[start:]))
     if len(digits) < CUT_PAN_MIN_DIGITS:
-        return text, 0
+        return original, 0
     return text[:start] + digits[:6] + "*" * (len(digits) - 6), 1
 
 
