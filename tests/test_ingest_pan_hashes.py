@@ -5,7 +5,8 @@ Luhn-valid. An unkeyed SHA-256 of a text that holds the PAN unmasked (``raw_sha2
 a ledger leaf, a quarantine content key) next to that masked value is recovered by hashing every
 candidate: a newcomer test did it in 0.4 s for a PAN written with a JSON ``\\u`` escape. Every
 line below writes the PAN in a way a field decoder reads as a PAN (escapes, other digit scripts,
-escaped separators, an escape inside a shipper's string); the test hashes each line for every
+escaped separators, an escape inside a shipper's string, a PAN cut between two CRI partial
+chunks); the test hashes each line for every
 candidate and looks for the hashes among every 64-hex-digit value stored in the database.
 """
 
@@ -64,6 +65,10 @@ FORMS = {
     # the application's line escaped again inside a Fluent Bit record: \\u0034
     "shipper": (lambda pan: _fluentbit('{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-FB","note":"\\u%04x%s"}'
                                        % (ord(pan[0]), pan[1:])), True),
+    # a CRI line written in two partial chunks, the PAN cut between them: the record's raw text is both lines
+    "cri-partials": (lambda pan: "2026-11-30T08:46:18.000000000Z stdout P "
+                     '{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-CRI","note":"card %s %s\n'
+                     '2026-11-30T08:46:18.000000001Z stdout F %s %s"}' % (pan[:4], pan[4:8], pan[8:12], pan[12:]), True),
     # no transaction id: quarantined, its text and hash stored
     "quarantined": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","note":"\\u%04x%s"}' % (ord(pan[0]), pan[1:]), False),
 }
@@ -133,6 +138,8 @@ def _stored_hashes(engine, database_url: str) -> set[str]:
 def test_no_stored_hash_recovers_a_pan_however_it_is_written(sessions, engine, database_url, tmp_path):
     lines = {name: make(PAN) for name, (make, _stored) in FORMS.items()}
     for name, line in lines.items():
+        if line[:1].isdigit():  # CRI lines: the application line is the chunks' contents joined
+            line = "".join(part.split(" ", 3)[3] for part in line.split("\n"))
         decoded = json.dumps(json.loads(line), ensure_ascii=False).translate(_DIGITS)
         assert PAN in re.sub(r"[ \xa0-]", "", decoded.split("card")[-1]), name  # it decodes to the PAN
     path = tmp_path / "var/log/app.log"

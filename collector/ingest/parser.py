@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -231,20 +231,26 @@ class LineParser:
         self._partials.clear()
         return out
 
-    def _partial_text(self, raws: list[str], chunks: list[str]) -> str:
+    def _partial_text(self, raws: list[str], chunks: list[str], masker: PanMasker | None = None) -> str:
         """What to quarantine for the chunks of a partial line: the raw lines joined by newlines,
         each masked, a run of digits at the end of each masked as a cut PAN (``pan.mask_cut_end``:
         every chunk ends where its writer cut the line). When the chunks' payloads joined hold
         more PANs than they do one by one, a PAN spans a chunk boundary, which masking each raw
-        line cannot see: then the joined payload, masked, is quarantined instead of the raw lines."""
+        line cannot see: then the joined payload, masked, is quarantined instead of the raw lines.
+
+        Also the text a reassembled record's ``raw_sha256`` is taken over (``masker``: a
+        throw-away one, so the PANs are counted once, in the record's fields): the raw lines
+        joined hold a PAN that spans chunks unmasked, and a hash of them gives it away to a brute
+        force over its middle digits (PCI DSS 3.5.1.1)."""
+        masker = masker or self.masker
         joined = "".join(chunks)
         if sum(mask_text(c)[1] for c in chunks) < mask_text(joined)[1]:
-            return self.masker.text(joined, keep_otlp_times=True)
+            return masker.text(joined, keep_otlp_times=True)
         out = []
         for raw in raws:
-            raw, cut = mask_cut_end(self.masker.text(raw, keep_otlp_times=True))
+            raw, cut = mask_cut_end(masker.text(raw, keep_otlp_times=True))
             out.append(raw)
-            self.masker.masked += cut
+            masker.masked += cut
         return "\n".join(out)
 
     # -- one line ----------------------------------------------------------------------------------
@@ -352,7 +358,8 @@ class LineParser:
             first.partial = False
             first.extras["partial_chunks"] = len(pending.chunks) + 1
             try:
-                return [self._payload(first, joined_raw, source, pending.position)]
+                return [self._payload(first, joined_raw, source, pending.position,
+                                      hashed=lambda: self._partial_text(pending.raws + [raw], chunks, PanMasker()))]
             except (Rejected, JsonRejected) as exc:
                 return [self.reject(self._partial_text(pending.raws + [raw], chunks), exc.reason, source,
                                     pending.position)]
@@ -387,7 +394,12 @@ class LineParser:
             return False
         return not (b"+" in encoded and b"e+" in encoded) and encoded == body.encode("utf-8", "surrogatepass")
 
-    def _payload(self, env: Envelope, raw: str, source: str, position: str | None) -> Outcome:
+    def _payload(self, env: Envelope, raw: str, source: str, position: str | None,
+                 hashed: Callable[[], str] | None = None) -> Outcome:
+        """The record of one application line (``env.payload``), ``raw`` the input line(s) it came
+        from. ``raw_sha256`` is the hash of ``raw``, PAN-masked when a PAN may be in it; ``hashed``
+        gives the masked text to hash instead (a line reassembled from partial chunks, where a PAN
+        may span two raw lines: ``_partial_text``)."""
         payload = env.payload
         if payload is None:
             raise Rejected(f"missing-payload: the {env.kind} record carries no application line")
@@ -409,7 +421,8 @@ class LineParser:
         flat = prepare(doc, fmt)
         if may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) or self._decoder.saw_exponent \
                 or self._source_may_contain_pan(source):
-            masker, raw_sha256 = self.masker, _sha256_masked(raw)
+            masker = self.masker
+            raw_sha256 = _sha256(hashed()) if hashed is not None else _sha256_masked(raw)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)
         record = self.builder.build(flat, fmt, env, masker, raw_sha256=raw_sha256, source=source, position=position)
