@@ -170,3 +170,44 @@ def test_the_brute_force_finds_the_hash_of_a_line_holding_the_pan():
     # What the test above would see if a hash of an unmasked line were stored.
     for name, (make, _keep) in FORMS.items():
         assert _brute_force(make, {hashlib.sha256(make(PAN).encode("utf-8")).hexdigest()}) == [PAN], name
+
+
+def test_a_pan_under_the_name_of_a_time_field_is_masked(sessions, engine, database_url, tmp_path):
+    # Integers under timeUnixNano, envelope.runtime_time_ns… were kept unmasked wherever they were
+    # (draudit's own nanosecond times must not be garbled): an application's or an OTLP attribute's
+    # value of that name was stored in clear, and hashed in clear in the OTLP record's raw_sha256.
+    otlp = {"resourceLogs": [{"resource": {"attributes": [{"key": "k8s.pod.name", "value": {"stringValue": "p"}}]},
+                              "scopeLogs": [{"logRecords": [{
+                                  "timeUnixNano": "1796028378000000000", "observedTimeUnixNano": "1796028378000000001",
+                                  "body": {"stringValue": "scored"},
+                                  "attributes": [{"key": "txn_id", "value": {"stringValue": "TXN-OTLP"}},
+                                                 {"key": "timeUnixNano", "value": {"intValue": PAN}},
+                                                 {"key": "nested", "value": {"kvlistValue": {"values": [
+                                                     {"key": "observedTimeUnixNano", "value": {"intValue": PAN}}]}}}]},
+                                  {"timeUnixNano": "1796028378000000000", "body": {"stringValue": "no id"},
+                                   "attributes": [{"key": "timeUnixNano", "value": {"intValue": PAN}}]}]}]}]}
+    lines = ['{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-TIME","timeUnixNano":%s,'
+             '"envelope.runtime_time_ns":%s}' % (PAN, PAN),
+             json.dumps(otlp)]
+    path = tmp_path / "times.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = IngestRun(sessions, Settings(database_url=database_url, cluster="prod-eu"))
+    with open(path, "rb") as f:
+        run.ingest_stream(f, str(path))
+    counts = run.finish()
+    assert (counts.read, counts.stored, counts.quarantined) == (3, 2, 1)
+    with sessions() as s:
+        attrs = dict(s.execute(select(InferenceRecord.transaction_id, InferenceRecord.attributes)).all())
+        quarantined = s.execute(select(Quarantine.raw_text)).scalar_one()
+    assert attrs["TXN-TIME"]["timeUnixNano"] == attrs["TXN-TIME"]["envelope.runtime_time_ns"] == "411111******1111"
+    assert attrs["TXN-OTLP"]["timeUnixNano"] == attrs["TXN-OTLP"]["nested.observedTimeUnixNano"] == "411111******1111"
+    assert attrs["TXN-OTLP"]["envelope.observed_time_ns"] == 1796028378000000001  # our own time: a number, kept
+    assert '"timeUnixNano":1796028378000000000' in quarantined and "411111******1111" in quarantined
+    hashes = _stored_hashes(engine, database_url)
+    with engine.connect() as conn:
+        dump = [str(tuple(row)) for table in ("inference_records", "quarantine", "ledger")
+                for row in conn.execute(text(f"SELECT * FROM {table}"))]
+    assert "TXN-OTLP" in "".join(dump) and PAN not in "".join(dump)
+    # the OTLP record's raw text is its view's canonical JSON: no hash of it with the PAN in clear
+    assert not [c for c in _candidates() if hashlib.sha256(
+        quarantined.replace("411111******1111", PAN[:6] + c + PAN[-4:]).encode()).hexdigest() in hashes]

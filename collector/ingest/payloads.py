@@ -21,8 +21,6 @@ from collector.ingest.record import (CanonicalRecord, OutOfRange, check_event_ti
                                      normalise_span_id, normalise_trace_id)
 
 PAYLOAD_FORMATS = ("spring_ecs_flat", "spring_ecs_nested", "logstash", "gelf", "json")
-# Integer nanosecond times we parsed ourselves and store as attributes: not masked (pan.PanMasker).
-TIME_KEYS = frozenset({"envelope.runtime_time_ns", "envelope.observed_time_ns", "timeUnixNano", "observedTimeUnixNano"})
 
 
 class Rejected(Exception):
@@ -111,6 +109,25 @@ class RecordBuilder:
             raise Rejected(f"naive-timestamp: field {name!r}: {exc}") from None
         except timestamps.BadTimestamp as exc:
             raise Rejected(f"bad-timestamp: field {name!r}: {exc}") from None
+
+    @staticmethod
+    def _masked_attributes(attributes: dict[str, Any], env: Envelope, masker: PanMasker | NullMasker) -> dict[str, Any]:
+        """``attributes`` PAN-masked, but for the nanosecond times draudit put there itself
+        (``envelope.runtime_time_ns``, ``envelope.observed_time_ns``: 19 digits pass Luhn one time
+        in ten and must not be garbled). Only those: a value the input wrote under one of these
+        names, or under ``timeUnixNano``, is masked as any other (an application's
+        ``"timeUnixNano": 4111111111111111`` was stored in clear when every integer under those
+        names was kept)."""
+        own = {}
+        if env.kind != "none" and env.runtime_time_ns is not None:
+            own["envelope.runtime_time_ns"] = env.runtime_time_ns
+        if isinstance(env.extras.get("observed_time_ns"), int):
+            own["envelope.observed_time_ns"] = env.extras["observed_time_ns"]
+        if not own:
+            return masker.value(attributes)
+        masked = masker.value({k: (None if k in own else v) for k, v in attributes.items()})
+        masked.update(own)  # the keys are there already: their places stay
+        return masked
 
     def build(self, flat: dict[str, Any], fmt: str, env: Envelope, masker: PanMasker | NullMasker, *, raw_sha256: str,
               source: str, position: str | None, event_time: tuple[int, int] | None = None,
@@ -224,7 +241,7 @@ class RecordBuilder:
             model_version=m(model_version) if model_version else None,
             decision=m(decision) if decision else None,
             latency_ms=latency, trace_id=tid, span_id=sid,
-            attributes=masker.value(attributes, TIME_KEYS),
+            attributes=self._masked_attributes(attributes, env, masker),
         )
         col = rec.too_long()
         if col:
