@@ -16,7 +16,11 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
    ``pod_states`` rows, none valid at ``t``, is ``no-pod``; a uid never projected is kept (only pods
-   that reference claims are projected, so the chain then ends in ``no-claim``). A ``no-pod`` whose
+   that reference claims are projected, so the chain then ends in ``no-claim``). A uid whose pod
+   state at ``t`` contradicts the record's own namespace, name or node (each compared when the
+   record gives it) is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
+   (a uid copied from another pod's line, a shipper's stale metadata cache), so the uid is no
+   evidence of which pod logged and the chain stops there. A ``no-pod`` whose
    key (uid, or namespace/name) has a pod state bound within ``clock_skew_s`` of ``t`` — logged just
    before the pod was first observed or just after its last observation — is ``ambiguous`` /
    ``skew-window`` instead (step 6): observation lags creation, so that is no evidence either way.
@@ -47,7 +51,8 @@ columns (driver/pool/device, device uuid, state id) only when exactly one device
 claim columns only when exactly one claim served; ``physical_gpu_uuid``/product/profile whenever a
 single GPU resulted (also for ``skew-window``, where it is the candidate, not a verdict).
 ``candidates`` counts the distinct GPUs plus the results without a device record (the pods, for
-``several-pods``). Rows inside a coverage gap carry only the record's own pod uid.
+``several-pods``). Rows inside a coverage gap, and ``pod-identity-conflict`` rows, carry only the
+record's own pod uid.
 
 How a run computes it (``attribute_run``)
 -----------------------------------------
@@ -332,8 +337,8 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     """The attribution rule (module docstring, steps 1–6 but the skew test) at each point.
 
     ``points`` has the columns ``pid`` (unique), ``t`` (ns), ``cluster``, ``pod_uid``,
-    ``pod_namespace``, ``pod_name``, ``container_name`` (NULL when unknown) and ``in_gap``
-    (``_in_gap``: 0 covered, 1 gap, 2 unknown cluster).
+    ``pod_namespace``, ``pod_name``, ``container_name``, ``node_name`` (the record's; NULL when
+    unknown) and ``in_gap`` (``_in_gap``: 0 covered, 1 gap, 2 unknown cluster).
 
     Returns:
         A SELECT of ``pid``, ``VERDICT_COLUMNS`` (``status`` not yet downgraded to
@@ -343,9 +348,18 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     P = points
     # podcand: candidate pods (by uid, or by namespace/name valid at t), outside coverage gaps.
     ps_any = PS.alias("ps_any")
+
+    def differs(recorded: ColumnElement, observed: ColumnElement) -> ColumnElement[bool]:
+        return and_(recorded.is_not(None), observed.is_not(None), recorded != observed)
+
+    # A uid whose pod state at t has another namespace, name or node than the record says: the record
+    # contradicts itself (a uid copied from another pod, a shipper's cache gone stale), so the uid is
+    # no evidence of which pod logged (step 2: pod-identity-conflict).
+    conflict = case((or_(differs(P.c.pod_namespace, PS.c.namespace), differs(P.c.pod_name, PS.c.name),
+                         differs(P.c.node_name, PS.c.node_name)), 1), else_=0)
     by_uid = select(
         P.c.pid, P.c.pod_uid.label("pod_uid"), PS.c.namespace, PS.c.name, PS.c.node_name,
-        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t,
+        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, conflict.label("conflict"),
     ).select_from(
         P.outerjoin(PS, and_(PS.c.cluster == P.c.cluster, PS.c.pod_uid == P.c.pod_uid, _valid_at(PS, P.c.t)))
     ).where(
@@ -355,7 +369,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     )
     by_name = select(
         P.c.pid, PS.c.pod_uid, PS.c.namespace, PS.c.name, PS.c.node_name,
-        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t,
+        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, literal(0).label("conflict"),
     ).select_from(
         P.join(PS, and_(PS.c.cluster == P.c.cluster, PS.c.namespace == P.c.pod_namespace,
                         PS.c.name == P.c.pod_name, _valid_at(PS, P.c.t)))
@@ -371,6 +385,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         func.min(podcand.c.namespace).label("namespace"),
         func.min(podcand.c.name).label("name"),
         func.min(podcand.c.node_name).label("node_name"),
+        func.max(podcand.c.conflict).label("conflict"),
         func.max(_bound_below(pod_bounds, podcand.c.t)).label("near_lo"),
         func.min(_bound_above(pod_bounds, podcand.c.t)).label("near_hi"),
     ).group_by(podcand.c.pid).cte("podagg")
@@ -413,7 +428,8 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         sel_container = case((own, P.c.container_name), else_=null())
     podone = select(
         P.c.pid, P.c.t, P.c.cluster, podagg.c.pod_uid, sel_container.label("sel_container"),
-    ).select_from(P.join(podagg, podagg.c.pid == P.c.pid)).where(podagg.c.n_pods == 1).cte("podone")
+    ).select_from(P.join(podagg, podagg.c.pid == P.c.pid)).where(podagg.c.n_pods == 1, podagg.c.conflict == 0
+                                                                 ).cte("podone")
 
     # claimreq: (point, claim valid at t, request) for the selected containers' claim references.
     claimreq = select(
@@ -520,6 +536,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         (P.c.in_gap == 2, "unattributed", "unknown-cluster"),
         (P.c.in_gap == 1, "unattributed", "coverage-gap"),
         (podagg.c.pid.is_(None), "unattributed", "no-pod"),
+        (podagg.c.conflict == 1, "unattributed", "pod-identity-conflict"),
         (podagg.c.n_pods > 1, "ambiguous", "several-pods"),
         (pathagg.c.pid.is_(None), "unattributed", "no-claim"),
         (n_results == 0, "unattributed", "no-allocation"),
@@ -528,7 +545,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     ]
     status = case(*[(cond, literal(s)) for cond, s, _ in decisions], else_=literal("exact"))
     reason = case(*[(cond, literal(r)) for cond, _, r in decisions], else_=null())
-    one_pod = podagg.c.n_pods == 1
+    one_pod = and_(podagg.c.n_pods == 1, podagg.c.conflict == 0)
     n_pods_exact = (select(func.count(distinct(podcand.c.pod_uid))).where(podcand.c.pid == P.c.pid)
                     .scalar_subquery())
     single_gpu = and_(one_pod, n_gpus == 1)
@@ -623,7 +640,7 @@ def lineage_select(
     rec_cluster = func.coalesce(R.c.cluster, literal(cluster))
     points_q = select(
         R.c.id.label("pid"), R.c.event_time_ns.label("t"), rec_cluster.label("cluster"),
-        R.c.pod_uid, R.c.pod_namespace, R.c.pod_name, R.c.container_name,
+        R.c.pod_uid, R.c.pod_namespace, R.c.pod_name, R.c.container_name, R.c.node_name,
         _in_gap(rec_cluster, R.c.event_time_ns).label("in_gap"),
     )
     if not all:
@@ -643,7 +660,7 @@ def lineage_select(
 # --------------------------------------------------------------------------------------------
 
 _TMP = MetaData()
-_KEY_COLUMNS = ("cluster", "k_uid", "k_ns", "k_name", "k_container")
+_KEY_COLUMNS = ("cluster", "k_uid", "k_ns", "k_name", "k_container", "k_node")
 
 
 def _key_cols() -> list[Column]:
@@ -675,7 +692,8 @@ T_POINTS = Table("draudit_lin_points", _TMP, Column("pid", BigInteger, primary_k
                  Column("kid", BigInteger, nullable=False), Column("t", BigInteger, nullable=False),
                  Column("e", BigInteger, nullable=False), Column("cluster", String(253), nullable=False),
                  Column("pod_uid", String(253)), Column("pod_namespace", String(253)), Column("pod_name", String(253)),
-                 Column("container_name", String(253)), Column("in_gap", Integer, nullable=False),
+                 Column("container_name", String(253)), Column("node_name", String(253)),
+                 Column("in_gap", Integer, nullable=False),
                  prefixes=["TEMPORARY"])
 # The verdict of each segment, looked up by (key, time), with its skew test precomputed: a record at t
 # is skewed when t <= skew_until or t + precision >= skew_from (``_Run.lineage_rows``). Keyed by
@@ -695,10 +713,11 @@ _TEMP_TABLES = (T_REVISIT, T_KEYS, T_KEY_UIDS, T_KEY_DEVICES, T_POINTS, T_TIMELI
 
 
 def _record_key(cluster: str) -> list[ColumnElement]:
-    """A record's pod key, in ``_KEY_COLUMNS`` order ('' for an absent part)."""
+    """A record's pod key, in ``_KEY_COLUMNS`` order ('' for an absent part): what the rule reads of
+    the record besides its time (the node only for the identity check of step 2)."""
     exprs = [func.coalesce(R.c.cluster, literal(cluster)), func.coalesce(R.c.pod_uid, ""),
              func.coalesce(R.c.pod_namespace, ""), func.coalesce(R.c.pod_name, ""),
-             func.coalesce(R.c.container_name, "")]
+             func.coalesce(R.c.container_name, ""), func.coalesce(R.c.node_name, "")]
     return [e.label(name) for e, name in zip(exprs, _KEY_COLUMNS)]
 
 
@@ -768,6 +787,7 @@ def _segment_points() -> Select:
         segments.c.kid, segments.c.t, func.coalesce(segments.c.e, POS_INF_NS).label("e"), K.c.cluster,
         func.nullif(K.c.k_uid, "").label("pod_uid"), func.nullif(K.c.k_ns, "").label("pod_namespace"),
         func.nullif(K.c.k_name, "").label("pod_name"), func.nullif(K.c.k_container, "").label("container_name"),
+        func.nullif(K.c.k_node, "").label("node_name"),
         _in_gap(K.c.cluster, segments.c.t).label("in_gap"),
     ).select_from(segments.join(K, K.c.kid == segments.c.kid))
 
@@ -861,7 +881,7 @@ class _Run:
         self.s.execute(insert(T_TIMELINE).from_select(
             [*_KEY_COLUMNS, "s", "e", *VERDICT_COLUMNS, "skew_until", "skew_from"],
             select(P.c.cluster, *[func.coalesce(c, "") for c in (P.c.pod_uid, P.c.pod_namespace, P.c.pod_name,
-                                                                 P.c.container_name)],
+                                                                 P.c.container_name, P.c.node_name)],
                    P.c.t, P.c.e, *[v.c[c] for c in VERDICT_COLUMNS], skew_until, skew_from)
             .select_from(P.join(v, v.c.pid == P.c.pid)),
         ))
@@ -1545,7 +1565,7 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
     if lin is not rec and lin.pod_uid is not None:
         state = session.execute(_POD_NAME, {"cluster": cluster, "uid": lin.pod_uid, "t": t}).one()
     pod_ns, pod_name = rec.rec_pod_namespace, rec.rec_pod_name
-    if lin.pod_uid is not None and state.state_name is not None:
+    if lin.pod_uid is not None and state.state_name is not None and lin.reason != "pod-identity-conflict":
         pod_ns, pod_name = state.state_namespace, state.state_name
     doc = _empty_trace(txn)
     doc.update({

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, update
 
 from collector.cli import cli
 from collector.errors import UserError
-from collector.lineage import attribute, attribute_run, trace
+from collector.lineage import attribute, attribute_run, lineage_select, trace, verify_lineage
 from collector.store.models import (
     AllocationEpisode,
     AllocationResult,
@@ -130,14 +130,15 @@ class History:
         return {"uid": uid, "episode": episode}
 
     def record(self, txn: str, t: int, *, pod_uid: str | None = None, pod: str | None = None,
-               container: str = "triton", namespace: str = NS, decision: str = "APPROVE", conflict: bool = False) -> int:
+               container: str = "triton", namespace: str | None = NS, decision: str = "APPROVE", conflict: bool = False,
+               node: str | None = None) -> int:
         """A scored transaction as the ingester stores it (event time with ms precision); ``conflict``:
         flagged as the ingester flags an id stored again with different content."""
         key = hashlib.sha256(f"{txn}|{t}|{pod_uid}|{pod}|{container}|{decision}".encode()).hexdigest()
         return self.s.execute(insert(InferenceRecord).values(
             transaction_id=txn, event_time_ns=t, event_time_precision_ns=1_000_000, received_ns=t + 40_000_000,
             cluster=CLUSTER, pod_uid=pod_uid, pod_uid_source="envelope" if pod_uid else None,
-            pod_namespace=namespace, pod_name=pod, container_name=container, model_name="fraud-xgb",
+            pod_namespace=namespace, pod_name=pod, container_name=container, node_name=node, model_name="fraud-xgb",
             model_version="7", decision=decision, source_format="spring_ecs_nested", envelope="cri",
             source="/var/log/pods/risk.log", raw_sha256=key, dedup_key=key, conflict=conflict,
         ).returning(InferenceRecord.id)).scalar_one()
@@ -550,3 +551,39 @@ def test_out_of_range_tolerances_are_one_line_errors(sessions, database_url, val
             attribute_run(session, clock_skew_s=float(value))
         with pytest.raises(UserError, match="settle window"):
             attribute_run(session, settle_s=float("inf"))
+
+
+def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist):
+    """Newcomer repro: a Fluent Bit line of kyc-docs/document-classifier-…-56b5z on gpu-node-c carrying the
+    uid of risk-inference/…-s2rld was `exact` to the risk-inference claim. Namespace, name and node (each
+    when the record has it) must agree with the uid's pod state at t, else pod-identity-conflict."""
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    h.gpu("gpu-node-c", "gpu-2", GPU_B)
+    risk, _ = single_gpu_pod(h, "fraud-scorer-7c9d4-s2rld", "gpu-node-a", "gpu-0", T0)
+    kyc = h.pod("document-classifier-5d8f7-56b5z", "gpu-node-c", T0, namespace="kyc-docs", claims={},
+                containers={"classifier": []})
+    t = T0 + 60 * S
+    consistent = h.record("txn-ok", t, pod_uid=risk, pod="fraud-scorer-7c9d4-s2rld", node="gpu-node-a")
+    uid_only = h.record("txn-uid-only", t, pod_uid=risk, pod=None, namespace=None)
+    foreign = h.record("txn-foreign", t, pod_uid=risk, pod="document-classifier-5d8f7-56b5z",
+                       namespace="kyc-docs", node="gpu-node-c", container="classifier")
+    wrong_ns = h.record("txn-wrong-ns", t, pod_uid=risk, pod="fraud-scorer-7c9d4-s2rld", namespace="kyc-docs")
+    wrong_node = h.record("txn-wrong-node", t, pod_uid=risk, pod="fraud-scorer-7c9d4-s2rld", node="gpu-node-c")
+    by_name = h.record("txn-by-name", t, pod="document-classifier-5d8f7-56b5z", namespace="kyc-docs",
+                       node="gpu-node-c", container="classifier")
+    per_record = {row.record_id: (row.status, row.reason) for row in h.s.execute(lineage_select(cluster=CLUSTER))}
+    attribute_run(h.s, cluster=CLUSTER)
+    got = {r: (lineage_of(h.s, r)["status"], lineage_of(h.s, r)["reason"])
+           for r in (consistent, uid_only, foreign, wrong_ns, wrong_node, by_name)}
+    assert got == per_record  # the segment timeline and the per-record rule agree
+    conflict = ("unattributed", "pod-identity-conflict")
+    assert got == {consistent: ("exact", None), uid_only: ("exact", None), foreign: conflict,
+                   wrong_ns: conflict, wrong_node: conflict, by_name: ("unattributed", "no-claim")}
+    row = lineage_of(h.s, foreign)
+    assert (row["pod_uid"], row["node_name"], row["claim_name"], row["physical_gpu_uuid"]) == (risk, None, None, None)
+    assert kyc != risk
+    assert verify_lineage(h.s).ok
+    [doc] = trace(h.s, ["txn-foreign"], cluster=CLUSTER)  # the record's own identity, not the uid's pod
+    assert (doc["status"], doc["reason"], doc["pod"]["namespace"], doc["pod"]["name"]) == \
+        ("unattributed", "pod-identity-conflict", "kyc-docs", "document-classifier-5d8f7-56b5z")

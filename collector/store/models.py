@@ -456,10 +456,11 @@ class Lineage(Base):
     """Attribution of one inference record: transaction → pod → claim → device → physical GPU.
 
     ``status`` is ``exact``, ``ambiguous`` or ``unattributed``; ``reason`` explains the last two
-    (``skew-window``, ``several-devices``, ``several-pods``, ``no-pod``, ``no-claim``,
-    ``no-allocation``, ``no-device-record``, ``coverage-gap``, ``unknown-cluster`` — the record's
-    cluster has no watch history at all, e.g. ingested under another cluster name than the
-    watcher's). ``no-pod`` also covers a record without any pod identity. Derived data: recomputable from the
+    (``skew-window``, ``several-devices``, ``several-pods``, ``no-pod``, ``pod-identity-conflict``
+    — the record's pod uid names a pod whose namespace, name or node then differ from the
+    record's —, ``no-claim``, ``no-allocation``, ``no-device-record``, ``coverage-gap``,
+    ``unknown-cluster`` — the record's cluster has no watch history at all, e.g. ingested under
+    another cluster name than the watcher's). ``no-pod`` also covers a record without any pod identity. Derived data: recomputable from the
     store; written by ``collector.lineage.attribute`` (see its module docstring for the rule) with the
     settings ``settings_id`` names (``attribution_settings``); ``draudit ledger verify`` recomputes
     every row with them and reports the first difference.
