@@ -211,3 +211,41 @@ def test_a_pan_under_the_name_of_a_time_field_is_masked(sessions, engine, databa
     # the OTLP record's raw text is its view's canonical JSON: no hash of it with the PAN in clear
     assert not [c for c in _candidates() if hashlib.sha256(
         quarantined.replace("411111******1111", PAN[:6] + c + PAN[-4:]).encode()).hexdigest() in hashes]
+
+
+def test_no_digit_after_the_first_6_of_a_cut_pan_reaches_quarantine(sessions, engine, database_url, tmp_path):
+    # The newcomer's repro: a pod log whose last line is a CRI partial never finished, cut 10 digits
+    # into the PAN that a complete line before it stores masked (first 6, last 4): the 10 digits in
+    # quarantine and the last 4 in the record left 10 candidates. Also a truncated file, an NDJSON
+    # line cut inside a multi-byte character, and a JSON array cut short.
+    pod = tmp_path / "var/log/pods/risk-inference_fraud-api-7c9d8-x2k4q_0f3c2a9e-6a51-4d0e-9d7e-1b2c3d4e5f60/api/0.log"
+    pod.parent.mkdir(parents=True)
+    pod.write_text('2026-11-30T08:46:18.000000000Z stdout F {"@timestamp":"2026-11-30T08:46:18Z",'
+                   '"transaction.id":"TXN-F","card":"4111111111111111"}\n'
+                   '2026-11-30T08:46:19.000000000Z stdout P {"@timestamp":"2026-11-30T08:46:19Z",'
+                   '"transaction.id":"TXN-P","card":"4111111111\n')
+    cut = tmp_path / "cut.log"
+    cut.write_bytes(b'{"transaction.id":"TXN-CUT","card":"5555 5555 55' + "é".encode()[:1] + b"\n")
+    array = tmp_path / "array.json"
+    array.write_bytes(b'[{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-A"},{"card":"37828224')
+    run = IngestRun(sessions, Settings(database_url=database_url, cluster="prod-eu"))
+    for path in (pod, cut, array):
+        with open(path, "rb") as f:
+            if path is array:
+                from collector.ingest.jsonarray import JsonArrayElements, feed_elements
+                feed_elements(run, JsonArrayElements(f, path.stat().st_size), str(path))
+            else:
+                run.ingest_stream(f, str(path))
+    counts = run.finish()
+    assert (counts.read, counts.stored, counts.quarantined) == (5, 2, 3) and counts.reconciles
+    with sessions() as s:
+        raw = dict(s.execute(select(Quarantine.source, Quarantine.raw_text)).all())
+    assert raw[str(pod)].endswith('"transaction.id":"TXN-P","card":"411111****')
+    assert raw[str(cut)] == '{"transaction.id":"TXN-CUT","card":"555555****\\xc3'  # not-utf8: the byte shown escaped
+    assert raw[str(array)].endswith('{"card":"378282**')
+    with engine.connect() as conn:
+        dump = "".join(str(tuple(row)) for table in ("inference_records", "quarantine", "ledger")
+                       for row in conn.execute(text(f"SELECT * FROM {table}")))
+    assert "TXN-P" in dump
+    for seven in ("4111111", "5555555", "3782822"):  # no digit after the 6th, separators removed
+        assert seven not in re.sub(r"[ ]", "", dump)

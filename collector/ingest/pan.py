@@ -599,12 +599,15 @@ def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str
     return "".join(pieces), count + dotted
 
 
-# A PAN cut off at the end of a text: from this many digits on, what is left narrows the PAN down
-# more than its first 6 and last 4 do (10 digits shown and Luhn leave 10^(n-11) n-digit candidates;
-# the first 11 digits and Luhn leave 10^(n-12)). 15 digits of a 16-digit PAN are the PAN: the last
-# is its Luhn check digit.
-CUT_PAN_MIN_DIGITS = 11
+# A PAN cut off at the end of a text: every digit after its first 6 is one PCI DSS 3.4.1 does not
+# allow to be shown. Fewer digits would not do: the same PAN is often stored masked elsewhere
+# (first 6, last 4), and a cut copy showing digits 7-10 next to it leaves 10 candidates (one
+# digit, the other by Luhn) — a newcomer test found a CRI partial keeping 10 digits in quarantine.
+CUT_PAN_MIN_DIGITS = 7
 _CUT_END_CHARS = 512  # how far back from the end a trailing run is looked for
+# The bytes of a multi-byte character cut at the end of a text, decoded with "replace" (U+FFFD)
+# or "backslashreplace" (``\xc3``): the digits before them end the text as far as a cut PAN goes.
+_UNDECODABLE_END = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+$")
 
 
 def mask_cut_end(text: str) -> tuple[str, int]:
@@ -612,7 +615,8 @@ def mask_cut_end(text: str) -> tuple[str, int]:
 
     For text that may have been cut before it reached us (a quarantined line: a truncated file or
     .gz, an unterminated CRI partial, a JSON line that ends in the middle of a string): a run of
-    ``CUT_PAN_MIN_DIGITS`` or more digits (separators and their escapes between them, as for a PAN)
+    ``CUT_PAN_MIN_DIGITS`` (7) or more digits (separators and their escapes between them, as for a PAN;
+    the bytes of a multi-byte character cut after them, decoded as U+FFFD or ``\\xNN``, do not count)
     that ends the text keeps its first 6 digits, every other digit becomes ``*`` and the separators
     inside the run go (``card 4111 1111 1111 111`` → ``card 411111*********``). Not first 6 / last 4:
     the last digits shown would be digits a masked copy of the same PAN elsewhere hides. Run
@@ -622,6 +626,9 @@ def mask_cut_end(text: str) -> tuple[str, int]:
         ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
     """
     original = text
+    undecodable = _UNDECODABLE_END.search(text, max(0, len(text) - _CUT_END_CHARS))
+    if undecodable:
+        text = text[:undecodable.start()]
     tail = max(0, len(text) - _CUT_END_CHARS)
     if "\\u" in text[tail:]:  # a digit written as a \uXXXX escape is a digit (``unescape_digits``)
         text = text[:tail] + unescape_digits(text[tail:])
@@ -635,7 +642,7 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     digits = "".join(_SEP_RUN.split(text[start:]))
     if len(digits) < CUT_PAN_MIN_DIGITS:
         return original, 0
-    return text[:start] + digits[:6] + "*" * (len(digits) - 6), 1
+    return text[:start] + digits[:6] + "*" * (len(digits) - 6) + (undecodable.group() if undecodable else ""), 1
 
 
 # Characters no text log line holds and binary data (a protobuf file read as lines) does: C0

@@ -156,7 +156,8 @@ class LineParser:
         self.masker.masked += binary_runs
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
-            masked = TRAILING_DIGIT_RUN.sub("", masked) + "…"  # never keep a PAN cut in half
+            # never keep a PAN cut in half (nor behind the U+FFFD of a multi-byte character cut there)
+            masked = TRAILING_DIGIT_RUN.sub("", masked.rstrip("\ufffd")) + "…"
         else:
             masked, cut = mask_cut_end(masked)
             self.masker.masked += cut
