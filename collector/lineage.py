@@ -92,8 +92,13 @@ cannot gain history before the instant its watch resumes (coverage never starts 
 Revisiting skips records a live watcher has not observed yet (below): they stay as they are and
 are re-evaluated by a later run, once the horizon has passed ``t + skew``. Because exact rows
 are final, a record later than a *live* cluster's horizon − skew (every kind synced: the history
-still arrives) is not attributed yet — it stays pending until the horizon has passed ``t + skew``;
-a transition committed late inside its window then makes it ``ambiguous`` as it must.
+still arrives) is not attributed yet — it stays pending (``awaiting-history``) until the horizon
+has passed ``t + skew``; a transition committed late inside its window then makes it ``ambiguous``
+as it must. A record later than the run's clock + skew, whatever its cluster, is pending too
+(``future-event-time``: no watcher can have recorded that time; a verdict now would project
+today's open states onto it) and counted apart, since it will not resolve within the tolerance
+(a wrong clock on the node or in the application, usually). ``trace`` applies the same predicate
+(``_awaiting_history``) before attributing a record on the fly.
 
 Settings: each run records its clock-skew tolerance, default cluster and serving-container pins
 once in ``attribution_settings`` and each row it writes names them (``lineage.settings_id``):
@@ -134,6 +139,7 @@ from sqlalchemy import (
     delete,
     distinct,
     exists,
+    false,
     func,
     insert,
     literal,
@@ -963,9 +969,10 @@ class _Run:
         cluster's watch is live (every kind synced), a record later than its horizon − skew stays
         pending (no lineage row) until the horizon passes, instead of being called ``exact`` and
         never revisited (exact rows are final). A cluster not being watched (gap, stopped) gets its
-        verdicts now: its history will not move until the watcher returns (settle window).
+        verdicts now: its history will not move until the watcher returns (settle window). A record
+        later than now + skew waits whatever its cluster (``_awaiting_history``).
         """
-        return [~w for w in _awaiting_history(self.s, self.skew_ns, self.cluster)]
+        return [~w for w in _awaiting_history(self.s, self.skew_ns, self.cluster, dt_to_ns(self.attributed_at))]
 
     def collect_unsettled(self, settle_ns: int) -> int:
         """Fill ``T_REVISIT`` with the non-exact rows whose history may have changed since they were
@@ -1060,19 +1067,61 @@ def live_history_horizons(session: Session) -> dict[str, int]:
     return {c: h for c, h in horizons.items() if states.get(c) == {"synced"}}
 
 
-def waiting_for_history(session: Session, clock_skew_s: float, cluster: str = DEFAULT_CLUSTER) -> int:
-    """Records left pending by ``attribute_run`` because a live watcher's history has not passed
-    their time + ``clock_skew_s`` yet (``_Run.not_yet_observed``); an index range on the recent end."""
+def pending_counts(session: Session, clock_skew_s: float, cluster: str = DEFAULT_CLUSTER,
+                   now: datetime | None = None) -> dict[str, int]:
+    """Records without a lineage row that ``attribute_run`` (at ``now``, default now) leaves pending,
+    by pending reason: ``{PENDING_HISTORY: n, PENDING_FUTURE: n}`` (disjoint; ``_awaiting_history``).
+
+    Index ranges on the recent end of ``ix_inference_records_time``.
+    """
+    skew_ns = _skew_ns(clock_skew_s)
+    now_ns = dt_to_ns(now or datetime.now(timezone.utc))
     unattributed = ~exists().where(L.c.record_id == R.c.id)
-    return sum(session.execute(select(func.count()).select_from(R).where(w, unattributed)).scalar_one()
-               for w in _awaiting_history(session, _skew_ns(clock_skew_s), cluster))
+    future = _future(skew_ns, now_ns)
+
+    def count(*where: ColumnElement[bool]) -> int:
+        return session.execute(select(func.count()).select_from(R).where(*where, unattributed)).scalar_one()
+
+    live = _live_edges(session, skew_ns, cluster)
+    return {PENDING_HISTORY: sum(count(w, ~future) for w in live), PENDING_FUTURE: count(future)}
 
 
-def _awaiting_history(session: Session, skew_ns: int, cluster: str) -> list[ColumnElement[bool]]:
+# Why a record has no lineage row after a run (``trace`` shows it as the reason of status
+# ``not-attributed-yet``, ``draudit attribute`` counts each).
+PENDING_HISTORY = "awaiting-history"
+PENDING_FUTURE = "future-event-time"
+
+
+def _future(skew_ns: int, now_ns: int) -> ColumnElement[bool]:
+    """Records later than ``now + skew``: in the future of any history a watcher can have recorded."""
+    return R.c.event_time_ns > now_ns + skew_ns
+
+
+def _live_edges(session: Session, skew_ns: int, cluster: str) -> list[ColumnElement[bool]]:
     """Per live cluster: its records later than its history horizon − skew (records without a
-    cluster count as ``cluster``), whose verdict the watcher cannot know yet."""
+    cluster count as ``cluster``)."""
     return [and_(func.coalesce(R.c.cluster, literal(cluster)) == c, R.c.event_time_ns > horizon_ns - skew_ns)
             for c, horizon_ns in sorted(live_history_horizons(session).items())]
+
+
+def _awaiting_history(session: Session, skew_ns: int, cluster: str, now_ns: int) -> list[ColumnElement[bool]]:
+    """The pending predicate: conditions, one per way a record's verdict cannot be known yet at
+    ``now_ns``; a record matching any is left without a lineage row (``attribute_run``), not
+    re-evaluated (its revisits) and not attributed on the fly (``trace``).
+
+    * ``_future``: later than ``now + skew``, whatever the cluster: no watcher can have recorded
+      that time, and a verdict made now would project today's state onto it (a live watcher's
+      open interval and open pod states reach into the future) or call it a gap the watcher may
+      still cover, and exact rows are final;
+    * ``_live_edges``: later than a live cluster's horizon − skew: the watcher records it soon.
+    """
+    return [_future(skew_ns, now_ns), *_live_edges(session, skew_ns, cluster)]
+
+
+def _pending_reason(session: Session, skew_ns: int, cluster: str, now_ns: int) -> ColumnElement:
+    """Per record: ``PENDING_FUTURE``, ``PENDING_HISTORY`` or NULL (``_awaiting_history``)."""
+    future, *live = _awaiting_history(session, skew_ns, cluster, now_ns)
+    return case((future, literal(PENDING_FUTURE)), (or_(false(), *live), literal(PENDING_HISTORY)), else_=null())
 
 
 def history_horizons(session: Session) -> dict[str, int]:
@@ -1129,13 +1178,15 @@ class AttributionSummary:
     """Rows written by one attribution run: counts by status (all three keys) and by reason.
 
     ``revisited``: non-exact rows re-evaluated inside the settle window; ``revised``: those whose
-    verdict changed (rewritten, and included in the counts by status and reason).
+    verdict changed (rewritten, and included in the counts by status and reason). ``run_at``: the
+    run's clock (``attributed_at`` of its rows; ``pending_counts(now=...)`` of what it left pending).
     """
 
     by_status: dict[str, int]
     by_reason: dict[str, int] = field(default_factory=dict)
     revisited: int = 0
     revised: int = 0
+    run_at: datetime | None = field(default=None, compare=False)
 
     def as_json(self) -> dict[str, Any]:
         """``{"exact": n, "ambiguous": n, "unattributed": n, "by_reason": {...}, "revisited": n, "revised": n}``."""
@@ -1181,8 +1232,9 @@ def attribute_run(
         _check_pins(serving_containers)
     _serialise(session)
     _tune(session)
+    run_at = datetime.now(timezone.utc)
     run = _Run(session, skew_ns=skew_ns, serving_containers=serving_containers, cluster=cluster,
-               attributed_at=datetime.now(timezone.utc),
+               attributed_at=run_at,
                settings_id=settings_row(session, skew_ns=skew_ns, cluster=cluster,
                                         serving_containers=serving_containers or {}))
     with run:
@@ -1200,7 +1252,7 @@ def attribute_run(
             by_status[status] += n
             if reason:
                 by_reason[reason] = by_reason.get(reason, 0) + n
-    return AttributionSummary(by_status, dict(sorted(by_reason.items())), revisited, sum(revised.values()))
+    return AttributionSummary(by_status, dict(sorted(by_reason.items())), revisited, sum(revised.values()), run_at)
 
 
 def attribute(
@@ -1401,7 +1453,11 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
 
     Each stored record of the id yields one document (an id stored twice with different content —
     ``conflict`` — yields two). A record not yet attributed is attributed on the fly with the given
-    settings (nothing is written). An unknown id yields one document with status ``not-found``.
+    settings (nothing is written), unless an attribution run would leave it pending
+    (``_awaiting_history``): then its status is ``not-attributed-yet`` with reason
+    ``awaiting-history`` (within the skew tolerance of what the live watcher has recorded) or
+    ``future-event-time`` (later than now + skew), never a verdict on history not observed yet.
+    An unknown id yields one document with status ``not-found``.
 
     One statement per id (``_TRACE``: records, lineage, pod name and co-tenants) for attributed
     records; a record attributed on the fly costs three more (``lineage_select``, ``_POD_NAME``,
@@ -1429,13 +1485,39 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
             continue
         missing = [r.id for r in records if r.lineage_id is None]
         live = {}
-        if missing:
+        pending = _pending_of(session, missing, clock_skew_s, cluster) if missing else {}
+        if len(pending) < len(missing):
             live_q = lineage_select(all=True, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
-                                    cluster=cluster, record_ids=missing)
+                                    cluster=cluster, record_ids=[i for i in missing if i not in pending])
             live = {row.record_id: row for row in session.execute(live_q)}
         for rec in records:
-            out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster, tenants[rec.id]))
+            if rec.id in pending:
+                out.append(_pending_document(txn, rec, cluster, pending[rec.id]))
+            else:
+                out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster, tenants[rec.id]))
     return out
+
+
+def _pending_of(session: Session, record_ids: Sequence[int], clock_skew_s: float, cluster: str) -> dict[int, str]:
+    """Of these records (without a lineage row), those an attribution run now would leave pending,
+    with the pending reason (``_awaiting_history``, the run's own predicate): ``trace`` must not
+    call exact what the run would not."""
+    reason = _pending_reason(session, _skew_ns(clock_skew_s), cluster, dt_to_ns(datetime.now(timezone.utc)))
+    return dict(session.execute(select(R.c.id, reason).where(R.c.id.in_(list(record_ids)), reason.is_not(None))).all())
+
+
+def _pending_document(txn: str, rec: Any, default_cluster: str, reason: str) -> dict[str, Any]:
+    """A record an attribution run leaves pending: status ``not-attributed-yet`` (the packs' word for a
+    record without lineage) with ``reason`` ``PENDING_HISTORY`` or ``PENDING_FUTURE``; only what the
+    record itself says (its pod reference), nothing from the history."""
+    doc = _empty_trace(txn)
+    doc.update({
+        "time": ns_to_rfc3339(rec.event_time_ns), "status": "not-attributed-yet", "reason": reason,
+        "pod": {"namespace": rec.rec_pod_namespace, "name": rec.rec_pod_name, "uid": rec.rec_pod_uid, "node": None},
+        "conflict": bool(rec.conflict), "record_id": rec.id, "cluster": rec.cluster or default_cluster,
+        "container": rec.rec_container, "decision": rec.rec_decision,
+    })
+    return doc
 
 
 def _generic_plans(session: Session) -> None:
@@ -1517,6 +1599,7 @@ def _trace_stmt() -> Select:
     rec = (
         select(r.c.id, r.c.event_time_ns, r.c.cluster, r.c.conflict, cluster.label("eff_cluster"),
                r.c.container_name.label("rec_container"), r.c.decision.label("rec_decision"),
+               r.c.pod_uid.label("rec_pod_uid"),
                r.c.pod_namespace.label("rec_pod_namespace"),
                r.c.pod_name.label("rec_pod_name"), lin.c.record_id.label("lineage_id"),
                *[lin.c[c] for c in VERDICT_COLUMNS],

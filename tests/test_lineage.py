@@ -518,7 +518,8 @@ def test_cli_attribute_and_trace(sessions, database_url, monkeypatch):
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--output", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == {"exact": 1, "ambiguous": 1, "unattributed": 1,
-                                      "by_reason": {"no-pod": 1, "skew-window": 1}, "revisited": 0, "revised": 0}
+                                      "by_reason": {"no-pod": 1, "skew-window": 1}, "revisited": 0, "revised": 0,
+                                      "pending": {"awaiting-history": 0, "future-event-time": 0}}
     res = runner.invoke(cli, ["attribute", "--database-url", database_url])
     assert res.exit_code == 0 and "exact" in res.output and "0" in res.output
 

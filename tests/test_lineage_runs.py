@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import func, insert, select, update
 
 from collector.errors import UserError
-from collector.lineage import VERDICT_COLUMNS, attribute_run, history_horizons, lineage_select
+from collector.lineage import VERDICT_COLUMNS, attribute_run, history_horizons, lineage_select, pending_counts
 from collector.store.models import AllocationEpisode, AllocationResult, InferenceRecord, Lineage, WatchState
-from collector.timeutil import ns_to_dt
+from collector.timeutil import dt_to_ns, ns_to_dt
 from tests.test_lineage import (  # noqa: F401 - hist is a fixture
     CLUSTER, GPU_A, GPU_B, NS, S, T0, History, hist, lineage_of, sidecar_pod, single_gpu_pod,
 )
@@ -376,3 +376,71 @@ def test_unknown_cluster_rows_wait_like_new_ones_while_the_live_watcher_has_not_
     watcher_alive_until(h, T0 + 102 * S)
     summary = attribute_run(h.s, cluster=CLUSTER)
     assert (summary.revisited, summary.revised, lineage_of(h.s, rec)["status"]) == (1, 1, "exact")
+
+
+FAR_FUTURE = dt_to_ns(datetime(2030, 1, 1, tzinfo=timezone.utc))
+
+
+def test_a_record_in_the_future_of_the_observed_history_is_pending_apart_and_never_traced_exact(sessions,
+                                                                                               database_url,
+                                                                                               monkeypatch):
+    """Newcomer repro: with a live watcher, a record stamped 2030-01-01 was counted among the records
+    'within 2 s of what the live watcher has recorded' and `trace` called it exact by projecting today's
+    open states to 2030. It is pending with its own reason and count; trace says the same as the run."""
+    from click.testing import CliRunner
+
+    from collector.cli import cli
+
+    monkeypatch.setenv("DRAUDIT_CLUSTER", CLUSTER)
+    now_ns = time.time_ns()
+    with sessions.begin() as session:
+        h = History(session)
+        h.covered()
+        h.gpu("gpu-node-a", "gpu-0", GPU_A)
+        single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+        watcher_alive_until(h, now_ns)  # live, history up to now
+        h.record("txn-2030", FAR_FUTURE, pod="fraud-scorer-0")
+        h.record("txn-edge", now_ns - 1 * S, pod="fraud-scorer-0")  # within 2 s of the live horizon
+        h.record("txn-done", T0 + 60 * S, pod="fraud-scorer-0")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["attribute", "--database-url", database_url])
+    assert res.exit_code == 0, res.output
+    assert "attributed 1 transaction(s)" in res.output
+    assert "pending: 1 transaction(s) within 2 s of what the live watcher has recorded so far" in res.output
+    assert ("pending: 1 transaction(s) have an event time in the future of the observed history "
+            "(later than now + 2 s)") in res.output
+    res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--output", "json"])
+    assert json.loads(res.output)["pending"] == {"awaiting-history": 1, "future-event-time": 1}
+
+    res = runner.invoke(cli, ["trace", "txn-2030", "txn-edge", "txn-done", "--database-url", database_url,
+                              "--output", "json"])
+    assert res.exit_code == 0, res.output
+    future, edge, done = json.loads(res.output)
+    assert (future["status"], future["reason"], future["physical_gpu_uuid"]) == \
+        ("not-attributed-yet", "future-event-time", None)
+    assert (edge["status"], edge["reason"]) == ("not-attributed-yet", "awaiting-history")
+    assert (done["status"], done["physical_gpu_uuid"]) == ("exact", GPU_A)
+    res = runner.invoke(cli, ["trace", "txn-2030", "--database-url", database_url])
+    assert "event time is in the future of the observed history" in res.output and "exact" not in res.output
+
+
+def test_a_future_record_waits_also_when_no_watcher_is_live(hist):
+    """A stopped (or never seen) cluster gets verdicts at once, but not for a time no watcher can have
+    recorded: 'coverage-gap' now would become 'exact' once a watch covers it, and the row would differ
+    from its recomputation (ledger verify) without being revisited."""
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    watcher_alive_until(h, T0 + 100 * S)
+    h.s.execute(update(WatchState).where(WatchState.kind == "Pod").values(state="stopped"))
+    future = h.record("txn-2030", FAR_FUTURE, pod="fraud-scorer-0")
+    elsewhere = h.record("txn-2030-unknown", FAR_FUTURE, pod="fraud-scorer-0")
+    h.s.execute(update(InferenceRecord).where(InferenceRecord.id == elsewhere).values(cluster="never-watched"))
+    past = h.record("txn-after-stop", T0 + 99 * S, pod="fraud-scorer-0")
+    assert attribute_run(h.s, cluster=CLUSTER).by_reason == {"coverage-gap": 1}  # the past one: Pod not watched
+    assert _pending(h.s, future) and _pending(h.s, elsewhere) and not _pending(h.s, past)
+    assert pending_counts(h.s, 2.0, CLUSTER) == {"awaiting-history": 0, "future-event-time": 2}
+    # the run's clock decides: a record stamped 1 s ahead of the run is not "future" (the tolerance)
+    soon = h.record("txn-soon", time.time_ns() + 1 * S, pod="fraud-scorer-0")
+    attribute_run(h.s, cluster=CLUSTER)
+    assert not _pending(h.s, soon)

@@ -68,7 +68,7 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
 
     Concurrent runs (the scheduler, another CLI) wait for each other.
     """
-    from collector.lineage import attribute_run, known_clusters, waiting_for_history
+    from collector.lineage import PENDING_FUTURE, PENDING_HISTORY, attribute_run, known_clusters, pending_counts
 
     settings = settings_from(database_url=database_url, clock_skew_s=clock_skew_s)
     _engine, sessions = open_store(settings)
@@ -77,9 +77,10 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
                                 serving_containers=_serving_containers(serving), cluster=settings.cluster,
                                 settle_s=settle_s)
         clusters = known_clusters(session)
-        waiting = waiting_for_history(session, settings.clock_skew_s, settings.cluster) if output != "json" else 0
+        pending = pending_counts(session, settings.clock_skew_s, settings.cluster, now=summary.run_at)
     if output == "json":
-        echo_json(summary.as_json())
+        # "pending": records left without lineage by this run, by pending reason (as `trace` names them)
+        echo_json({**summary.as_json(), "pending": pending})
         return
     total = sum(summary.by_status.values())
     click.echo(f"attributed {total} transaction(s)" + (" (all recomputed)" if all_ else ""))
@@ -95,12 +96,26 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
                    f"recorded (records without one count as {settings.cluster!r}); the store knows: "
                    f"{', '.join(clusters) or 'no cluster (run `draudit watch` first)'}. A record's cluster "
                    "must be the watcher's: `draudit ingest --cluster NAME` (or DRAUDIT_CLUSTER).")
-    if waiting:
-        click.echo(f"pending: {waiting} transaction(s) within {settings.clock_skew_s:g} s of what the live watcher has "
-                   "recorded so far wait for its history (the next run attributes them)")
+    if pending[PENDING_HISTORY]:
+        click.echo(f"pending: {pending[PENDING_HISTORY]} transaction(s) within {settings.clock_skew_s:g} s of what the "
+                   "live watcher has recorded so far wait for its history (the next run attributes them)")
+    if pending[PENDING_FUTURE]:
+        click.echo(f"pending: {pending[PENDING_FUTURE]} transaction(s) have an event time in the future of the observed "
+                   f"history (later than now + {settings.clock_skew_s:g} s): check the node's or the application's "
+                   "clock; they are attributed once the watcher's history reaches them")
     if summary.revisited:
         click.echo(f"re-evaluated {summary.revisited} recent unattributed/ambiguous transaction(s) "
                    f"(settle window {settle_s:g} s): {summary.revised} changed (counted above)")
+
+
+# What trace says of a record an attribution run leaves pending (collector.lineage.PENDING_*).
+_PENDING_NOTES = {
+    "awaiting-history": "within the clock-skew tolerance of what the live watcher has recorded so far: "
+                        "attributed by the first `draudit attribute` after its history passes this time",
+    "future-event-time": "event time is in the future of the observed history (later than now + the clock-skew "
+                         "tolerance): check the node's or the application's clock; attributed once the watcher's "
+                         "history reaches it",
+}
 
 
 def _print_trace(doc: dict) -> None:
@@ -128,6 +143,8 @@ def _print_trace(doc: dict) -> None:
     ]
     for label, value in lines:
         click.echo(f"{label:<13} {value if value is not None else '-'}")
+    if doc["reason"] in _PENDING_NOTES:
+        click.echo(f"{'note':<13} {_PENDING_NOTES[doc['reason']]}")
     if doc["physical_gpu_uuid"]:
         if doc["co_tenants"]:
             for i, t in enumerate(doc["co_tenants"]):
