@@ -155,14 +155,12 @@ def _source(path: str) -> str:
 def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:
     """One input: a JSON array element by element, an OTLP/JSON document as a whole, anything
     else line by line."""
-    from collector.ingest.otlp import records_from_json
-
     if _starts_json_array(stream):
         _ingest_array(run, stream, source, max_bytes, on_line)
         return
     document = _otlp_document(stream, max_bytes) if fmt in ("auto", "otlp") else stream
     if isinstance(document, dict):
-        run.add(run.parser.feed_otlp_records(records_from_json(document), source))
+        run.add(run.parser.feed_otlp_document(document, source))
     elif document is not None:
         run.ingest_stream(document, source, on_line=on_line)
 

@@ -11,8 +11,9 @@
 - ``/v1/logs`` implements the OTLP/HTTP logs receiver (opentelemetry-proto
   ``docs/specification.md``): ``application/x-protobuf`` or ``application/json`` in, the
   ``ExportLogsServiceResponse`` out in the same encoding, ``partial_success.rejected_log_records``
-  = records quarantined (the client must not retry those); 400 for an undecodable body
-  (``google.rpc.Status``), 415 for another content type.
+  = records quarantined (the client must not retry those); 400 for an undecodable body or a
+  malformed request (``otlp.OtlpMalformed``: a member of the wrong type, named in the message;
+  ``google.rpc.Status``), 415 for another content type.
 
 Both: ``Authorization: Bearer <token>`` (``settings.resolved_ingest_token()``; 401 otherwise,
 also when no token is configured — fail closed), ``Content-Encoding: gzip`` accepted, body size
@@ -41,7 +42,7 @@ from starlette.routing import Route
 
 from collector.ingest.jsonarray import JsonArrayElements, feed_elements
 from collector.ingest.jsondoc import JsonRejected, decode
-from collector.ingest.otlp import export_response, records_from_json, records_from_protobuf
+from collector.ingest.otlp import OtlpMalformed, export_response, records_from_json, records_from_protobuf
 from collector.ingest.pipeline import IngestRun
 from collector.ingest.timestamps import zone
 from collector.settings import Settings
@@ -283,7 +284,10 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
                     raise HttpProblem(400, "OTLP/JSON body has duplicate keys with different values")
                 if not isinstance(decoded.value, dict):
                     raise HttpProblem(400, "OTLP/JSON body is not an ExportLogsServiceRequest object")
-                records = list(records_from_json(decoded.value))
+                try:
+                    records = list(records_from_json(decoded.value))
+                except OtlpMalformed as exc:  # the spec: a malformed request is 400, not retried
+                    raise HttpProblem(400, f"OTLP/JSON body rejected: {exc.reason}") from None
             else:
                 from google.protobuf.message import DecodeError
 
@@ -291,6 +295,8 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
                     records = list(records_from_protobuf(body))
                 except DecodeError as exc:
                     raise HttpProblem(400, f"protobuf body is not an ExportLogsServiceRequest ({exc})") from None
+                except OtlpMalformed as exc:
+                    raise HttpProblem(400, f"protobuf body rejected: {exc.reason}") from None
             run.add(run.parser.feed_otlp_records(records, source))
             counts = run.finish()
             message = None

@@ -51,6 +51,7 @@ class OtlpLogRecord:
     flags: int = 0
     event_name: str | None = None
     warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why the record cannot be stored (a time that is no number)
 
     def view(self) -> dict[str, Any]:
         """A JSON-able document of the record (the "raw line" we hash and quarantine)."""
@@ -133,8 +134,131 @@ def _hex_id(value: Any, length: int, what: str, warnings: list[str]) -> str | No
     return None if text == "0" * length else text
 
 
+class OtlpMalformed(ValueError):
+    """An OTLP request that is not a well-formed ``ExportLogsServiceRequest``.
+
+    ``reason`` is the quarantine reason / HTTP 400 message: ``malformed-otlp: <path>: <problem>``,
+    the path in the JSON member names (``resourceLogs[0].scopeLogs: not an array``). OTLP/HTTP
+    answers a malformed request 400, not to be retried (opentelemetry-proto
+    ``docs/specification.md``, "Failures"); a file holding one is quarantined as one unit.
+    """
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.reason = f"malformed-otlp: {path}: {problem}"
+        super().__init__(self.reason)
+
+
+_JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+def _expect(value: Any, kind: type, path: str) -> None:
+    """Raise ``OtlpMalformed`` unless ``value`` is a ``kind`` (dict or list) or null / absent
+    (proto3 JSON: null is the field's default)."""
+    if value is not None and not isinstance(value, kind):
+        raise OtlpMalformed(path, f"not {_JSON_TYPE[kind]} but {_JSON_TYPE.get(type(value), type(value).__name__)}")
+
+
+def _check_key_values(items: Any, path: str) -> None:
+    _expect(items, list, path)
+    for n, kv in enumerate(items or ()):
+        _expect(kv, dict, f"{path}[{n}]")
+        if kv is None:
+            raise OtlpMalformed(f"{path}[{n}]", "null is not a KeyValue")
+        key = kv.get("key")
+        if key is not None and not isinstance(key, str):
+            raise OtlpMalformed(f"{path}[{n}].key", f"not a string but {_JSON_TYPE.get(type(key), 'a value')}")
+        _check_any_value(kv.get("value"), f"{path}[{n}].value")
+
+
+def _check_any_value(value: Any, path: str) -> None:
+    """An ``AnyValue`` is an object; its ``arrayValue``/``kvlistValue`` hold a ``values`` array (iterative:
+    nesting is bounded by the JSON decoder's depth limit, not by Python's stack)."""
+    stack = [(value, path)]
+    while stack:
+        value, path = stack.pop()
+        _expect(value, dict, path)
+        if not value:
+            continue
+        for member, item_kind in (("arrayValue", "AnyValue"), ("kvlistValue", "KeyValue")):
+            if member not in value:
+                continue
+            inner = value[member]
+            _expect(inner, dict, f"{path}.{member}")
+            values = (inner or {}).get("values")
+            _expect(values, list, f"{path}.{member}.values")
+            for n, item in enumerate(values or ()):
+                if item_kind == "AnyValue":
+                    stack.append((item, f"{path}.{member}.values[{n}]"))
+                    continue
+                _expect(item, dict, f"{path}.{member}.values[{n}]")
+                if item is None:
+                    raise OtlpMalformed(f"{path}.{member}.values[{n}]", "null is not a KeyValue")
+                key = item.get("key")
+                if key is not None and not isinstance(key, str):
+                    raise OtlpMalformed(f"{path}.{member}.values[{n}].key", "not a string")
+                stack.append((item.get("value"), f"{path}.{member}.values[{n}].value"))
+
+
+def check_export_request(doc: dict[str, Any]) -> None:
+    """Raise ``OtlpMalformed`` naming the first member of the message tree of the OTLP/JSON
+    ``doc`` that has the wrong JSON type: each repeated field an array of objects, each message
+    an object (``resourceLogs``, ``resource``, ``scopeLogs``, ``scope``, ``logRecords``,
+    ``attributes``, ``body`` and the ``AnyValue``/``KeyValue`` inside). ``json_format.Parse``
+    rejects the whole request for these too; before, they were read as empty and the request
+    answered 200 with nothing stored. A scalar field's bad value (``timeUnixNano: "abc"``) is the
+    record's problem: ``OtlpLogRecord.problems``, its record quarantined with that reason.
+    """
+    _expect(doc.get("resourceLogs"), list, "resourceLogs")
+    for i, rl in enumerate(doc.get("resourceLogs") or ()):
+        p = f"resourceLogs[{i}]"
+        if not isinstance(rl, dict):
+            _expect(rl, dict, p)
+            raise OtlpMalformed(p, "null is not a ResourceLogs")
+        _expect(rl.get("resource"), dict, f"{p}.resource")
+        _check_key_values((rl.get("resource") or {}).get("attributes"), f"{p}.resource.attributes")
+        _expect(rl.get("scopeLogs"), list, f"{p}.scopeLogs")
+        for j, sl in enumerate(rl.get("scopeLogs") or ()):
+            q = f"{p}.scopeLogs[{j}]"
+            if not isinstance(sl, dict):
+                _expect(sl, dict, q)
+                raise OtlpMalformed(q, "null is not a ScopeLogs")
+            _expect(sl.get("scope"), dict, f"{q}.scope")
+            _check_key_values((sl.get("scope") or {}).get("attributes"), f"{q}.scope.attributes")
+            _expect(sl.get("logRecords"), list, f"{q}.logRecords")
+            for k, lr in enumerate(sl.get("logRecords") or ()):
+                r = f"{q}.logRecords[{k}]"
+                if not isinstance(lr, dict):
+                    _expect(lr, dict, r)
+                    raise OtlpMalformed(r, "null is not a LogRecord")
+                _check_key_values(lr.get("attributes"), f"{r}.attributes")
+                if lr.get("body") is not None:
+                    _check_any_value(lr["body"], f"{r}.body")
+
+
+def _time_problem(lr: dict[str, Any], name: str) -> str | None:
+    """Why ``lr[name]`` (a fixed64 nanosecond time: a decimal string or a number) cannot be read, or None."""
+    value = lr.get(name)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        return None
+    return f"OTLP {name} {value!r} is not a whole number of nanoseconds since the epoch"
+
+
 def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
-    """Every LogRecord of an OTLP/JSON ``ExportLogsServiceRequest`` (already decoded JSON)."""
+    """Every LogRecord of an OTLP/JSON ``ExportLogsServiceRequest`` (already decoded JSON).
+
+    Raises:
+        OtlpMalformed: the document's structure is wrong (``check_export_request``), before any
+            record is produced.
+    """
+    check_export_request(doc)
+    return _records_from_json(doc)
+
+
+def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
     for i, rl in enumerate(_list(doc.get("resourceLogs"))):
         rl = _dict(rl)
         resource = json_key_values(_dict(rl.get("resource")).get("attributes"))
@@ -145,6 +269,7 @@ def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 lr = _dict(lr)
                 warnings: list[str] = []
                 sev = lr.get("severityNumber")
+                problems = [p for p in (_time_problem(lr, "timeUnixNano"), _time_problem(lr, "observedTimeUnixNano")) if p]
                 yield OtlpLogRecord(
                     position=f"rl{i}.sl{j}.lr{k}", resource=resource,
                     scope_name=scope.get("name") if isinstance(scope.get("name"), str) else None,
@@ -159,7 +284,7 @@ def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                     span_id=_hex_id(lr.get("spanId"), 16, "spanId", warnings),
                     flags=_int(lr.get("flags")),
                     event_name=lr.get("eventName") if isinstance(lr.get("eventName"), str) else None,
-                    warnings=warnings,
+                    warnings=warnings, problems=problems,
                 )
 
 
@@ -199,10 +324,53 @@ def records_from_protobuf(data: bytes) -> Iterator[OtlpLogRecord]:
 
     Raises:
         google.protobuf.message.DecodeError: the bytes are not a valid message.
+        OtlpMalformed: a field came with the wrong wire type (``check_protobuf_request``).
     """
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
     req = ExportLogsServiceRequest.FromString(data)
+    check_protobuf_request(req)
+    return _records_from_request(req)
+
+
+_WIRE_TYPES = {0: "varint", 1: "64-bit", 2: "length-delimited", 3: "group start", 4: "group end", 5: "32-bit"}
+
+
+def check_protobuf_request(req: Any) -> None:
+    """Raise ``OtlpMalformed`` when a field of the decoded protobuf message tree ``req`` came with
+    the wrong wire type (``resource_logs`` sent as a varint…). The protobuf runtime keeps such a
+    field as an *unknown* field and decodes the request as empty; unknown field numbers stay
+    allowed (a newer sender's fields, ignored as the spec says). The walk runs only when the
+    request holds unknown fields at all (its size with and without them differs)."""
+    from google.protobuf import unknown_fields
+    from google.protobuf.message import Message
+
+    probe = type(req)()
+    probe.CopyFrom(req)
+    probe.DiscardUnknownFields()
+    if probe.ByteSize() == req.ByteSize():
+        return
+    stack: list[tuple[Any, str]] = [(req, "")]
+    while stack:
+        message, path = stack.pop()
+        fields = message.DESCRIPTOR.fields_by_number
+        for unknown in unknown_fields.UnknownFieldSet(message):
+            known = fields.get(unknown.field_number)
+            if known is not None:
+                raise OtlpMalformed(f"{path}{known.json_name}",
+                                    f"field {unknown.field_number} ({known.name}) came with protobuf wire type "
+                                    f"{unknown.wire_type} ({_WIRE_TYPES.get(unknown.wire_type, 'unknown')}), "
+                                    "which its type does not use")
+        for fd, value in message.ListFields():
+            if fd.message_type is None:
+                continue
+            if isinstance(value, Message):
+                stack.append((value, f"{path}{fd.json_name}."))
+            else:  # a repeated field
+                stack.extend((v, f"{path}{fd.json_name}[{n}].") for n, v in enumerate(value))
+
+
+def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
     for i, rl in enumerate(req.resource_logs):
         resource = {kv.key: _pb_any_value(kv.value) for kv in rl.resource.attributes}
         for j, sl in enumerate(rl.scope_logs):

@@ -17,7 +17,8 @@ Reason slugs: ``line-too-long``, ``not-utf8``, ``unparseable``, ``nesting-too-de
 ``duplicate-key``, ``wrong-format``, ``missing-payload``, ``missing-transaction-id``,
 ``bad-transaction-id``, ``missing-event-time``, ``naive-timestamp``, ``bad-timestamp`` (also a time
 outside the signed 64-bit nanosecond range of ``event_time_ns``), ``bad-latency`` (a number that is
-not a finite double), ``field-too-long``, ``incomplete-partial``. Every numeric column value is
+not a finite double), ``field-too-long``, ``incomplete-partial``, ``malformed-otlp`` (an OTLP/JSON
+request with a member of the wrong type, named: ``otlp.OtlpMalformed``). Every numeric column value is
 range-checked while the record is built (``payloads.RecordBuilder``), never left to the database.
 """
 
@@ -33,7 +34,7 @@ from collector.ingest import envelopes
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
-from collector.ingest.otlp import OtlpLogRecord, looks_like_export_request, records_from_json
+from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_binary, mask_cut_end, mask_text,
                                   may_contain_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
@@ -209,6 +210,16 @@ class LineParser:
         except JsonRejected as exc:
             return [self.reject(line, exc.reason, source, position)]
 
+    def feed_otlp_document(self, doc: dict[str, Any], source: str) -> list[Outcome]:
+        """The records of a decoded OTLP/JSON export request read as one document (a file), one
+        outcome each; a request whose structure is wrong (``otlp.OtlpMalformed``) is one
+        quarantined unit, its reason naming the member (position None: the whole document)."""
+        try:
+            records = records_from_json(doc)
+        except OtlpMalformed as exc:
+            return [self.reject(canonical_json(doc).decode("utf-8"), exc.reason, source, None)]
+        return self.feed_otlp_records(records, source)
+
     def feed_otlp_records(self, records: Iterable[OtlpLogRecord], source: str, position_prefix: str = "") -> list[Outcome]:
         """Records of one OTLP request (JSON or protobuf), one outcome each."""
         return [self._otlp(r, source, f"{position_prefix}{r.position}") for r in records]
@@ -280,8 +291,11 @@ class LineParser:
         if "resourceLogs" in doc and forced in (None, "otlp"):
             if decoded.conflicts:
                 raise Rejected(self._dup_reason(decoded.conflicts))
-            return [self._otlp(r, source, f"{position}:{r.position}" if position else r.position)
-                    for r in records_from_json(doc)]
+            try:
+                records = records_from_json(doc)
+            except OtlpMalformed as exc:
+                raise Rejected(exc.reason) from None
+            return [self._otlp(r, source, f"{position}:{r.position}" if position else r.position) for r in records]
         if forced == "otlp":
             raise Rejected("wrong-format: no resourceLogs (OTLP/JSON ExportLogsServiceRequest) but --format otlp")
         if forced in PAYLOAD_FORMATS:
@@ -458,6 +472,8 @@ class LineParser:
         return masked
 
     def _otlp_record(self, r: OtlpLogRecord, raw: str, source: str, position: str) -> CanonicalRecord:
+        if r.problems:
+            raise Rejected(f"bad-timestamp: {r.problems[0]}")
         res = r.resource
         attrs = r.attributes
         env = Envelope("otlp_app", warnings=list(r.warnings))

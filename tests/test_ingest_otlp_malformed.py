@@ -1,0 +1,143 @@
+"""A malformed OTLP request is refused (HTTP 400) or quarantined (a file) with the member named, never dropped.
+
+Before: ``{"resourceLogs":5}`` posted to ``/v1/logs`` answered ``200 {}`` and ``draudit ingest`` of
+``{"resourceLogs":[{"scopeLogs":"x"}]}`` said read 0, quarantined 0, exit 0 — every member of the
+wrong type was read as empty. OTLP/HTTP (opentelemetry-proto ``docs/specification.md``, "Failures"):
+a malformed request is answered 400 and not retried. A file holding one is one quarantined unit,
+so ``read = stored + duplicates + quarantined`` still shows it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
+
+from collector.cli import cli
+from collector.ingest.http import ingest_routes
+from collector.ingest.otlp import OtlpMalformed, records_from_json, records_from_protobuf
+from collector.ingest.pipeline import IngestRun
+from collector.settings import Settings
+from collector.store.models import InferenceRecord, Quarantine
+
+TOKEN = "dev-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TIME = "1796028378000000000"  # 2026-11-30T08:46:18Z
+
+
+def _record(txn: str, **fields) -> dict:
+    return {"timeUnixNano": TIME, "body": {"stringValue": "scored"},
+            "attributes": [{"key": "txn_id", "value": {"stringValue": txn}}], **fields}
+
+
+def _request(*records: dict) -> dict:
+    return {"resourceLogs": [{"resource": {"attributes": [{"key": "k8s.pod.name", "value": {"stringValue": "p"}}]},
+                              "scopeLogs": [{"scope": {"name": "fraud"}, "logRecords": list(records)}]}]}
+
+
+MALFORMED = [
+    ({"resourceLogs": 5}, "resourceLogs: not an array but a number"),
+    ({"resourceLogs": [{"scopeLogs": "x"}]}, "resourceLogs[0].scopeLogs: not an array but a string"),
+    ({"resourceLogs": [None]}, "resourceLogs[0]: null is not a ResourceLogs"),
+    ({"resourceLogs": [{"resource": []}]}, "resourceLogs[0].resource: not an object but an array"),
+    ({"resourceLogs": [{"scopeLogs": [{"logRecords": {"a": 1}}]}]},
+     "resourceLogs[0].scopeLogs[0].logRecords: not an array but an object"),
+    (_request(_record("T-1"), 7), "resourceLogs[0].scopeLogs[0].logRecords[1]: not an object but a number"),
+    (_request(_record("T-1", body="scored")), "resourceLogs[0].scopeLogs[0].logRecords[0].body: not an object but a string"),
+    (_request(_record("T-1", attributes={"txn_id": "T-1"})),
+     "resourceLogs[0].scopeLogs[0].logRecords[0].attributes: not an array but an object"),
+    (_request(_record("T-1", attributes=[{"key": "k", "value": {"arrayValue": {"values": [{"kvlistValue": {
+        "values": [{"key": 3}]}}]}}}])),
+     "resourceLogs[0].scopeLogs[0].logRecords[0].attributes[0].value.arrayValue.values[0].kvlistValue.values[0].key: "
+     "not a string"),
+]
+
+
+@pytest.mark.parametrize("doc, reason", MALFORMED)
+def test_the_reason_names_the_member_of_the_wrong_type(doc, reason):
+    with pytest.raises(OtlpMalformed) as caught:
+        records_from_json(doc)
+    assert caught.value.reason == f"malformed-otlp: {reason}"
+
+
+@pytest.mark.parametrize("doc", [{"resourceLogs": []}, {"resourceLogs": None}, {"resourceLogs": [{}]},
+                                 _request(_record("T-1", body=None, attributes=None)),
+                                 _request(_record("T-1", unknownField={"x": 1}))])
+def test_empty_null_and_unknown_members_are_well_formed(doc):
+    records_from_json(doc)  # null is a field's default (proto3 JSON); unknown fields are ignored
+
+
+def _client(sessions, database_url) -> TestClient:
+    settings = Settings(database_url=database_url, ingest_token=TOKEN, cluster="prod-eu")
+    return TestClient(Starlette(routes=ingest_routes(settings, sessions)))
+
+
+def _rows(sessions):
+    with sessions() as s:
+        return (s.execute(select(InferenceRecord.transaction_id)).scalars().all(),
+                s.execute(select(Quarantine.position, Quarantine.reason, Quarantine.raw_text)).all())
+
+
+@pytest.mark.parametrize("doc, reason", MALFORMED[:2] + MALFORMED[5:6])
+def test_http_otlp_json_malformed_request_is_400_naming_the_member(sessions, database_url, doc, reason):
+    r = _client(sessions, database_url).post("/v1/logs", content=json.dumps(doc),
+                                             headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json() == {"code": 3, "message": f"OTLP/JSON body rejected: malformed-otlp: {reason}"}
+    assert _rows(sessions) == ([], [])  # nothing of a refused request is stored: the client must not retry it
+
+
+def test_http_otlp_protobuf_field_of_the_wrong_wire_type_is_400(sessions, database_url):
+    from google.rpc.status_pb2 import Status
+
+    client = _client(sessions, database_url)
+    headers = {**AUTH, "Content-Type": "application/x-protobuf"}
+    # field 1 (resource_logs, a message: length-delimited) sent as the varint 5; the protobuf runtime
+    # keeps it as an unknown field and decodes an empty request
+    r = client.post("/v1/logs", content=b"\x08\x05", headers=headers)
+    assert r.status_code == 400
+    assert Status.FromString(r.content).message == (
+        "protobuf body rejected: malformed-otlp: resourceLogs: field 1 (resource_logs) came with protobuf wire "
+        "type 0 (varint), which its type does not use")
+    # an unknown field number stays allowed (a newer sender); an empty request is well-formed
+    assert client.post("/v1/logs", content=b"\xa0\x06\x01", headers=headers).status_code == 200
+    assert list(records_from_protobuf(b"")) == []
+
+
+def test_a_malformed_otlp_file_is_quarantined_and_counted(sessions, engine, database_url, tmp_path):
+    runner = CliRunner()
+    url = ["--database-url", database_url]
+    doc = tmp_path / "o.json"
+    doc.write_text(json.dumps({"resourceLogs": [{"scopeLogs": "x"}]}, indent=2))  # one pretty-printed document
+    result = runner.invoke(cli, ["ingest", str(doc), *url, "--output", "json"])
+    assert result.exit_code == 1  # read, none stored
+    counts = json.loads(result.stdout)
+    assert {k: counts[k] for k in ("read", "stored", "quarantined")} == {"read": 1, "stored": 0, "quarantined": 1}
+    lines = tmp_path / "otel-file-exporter.jsonl"  # the collector's file exporter: one request per line
+    lines.write_text(json.dumps(_request(_record("T-OK"))) + "\n" + json.dumps(MALFORMED[5][0]) + "\n")
+    run = IngestRun(sessions, Settings(database_url=database_url, cluster="prod-eu"))
+    with open(lines, "rb") as f:
+        run.ingest_stream(f, str(lines))
+    counts = run.finish()
+    assert (counts.read, counts.stored, counts.quarantined) == (2, 1, 1) and counts.reconciles
+    stored, quarantined = _rows(sessions)
+    assert stored == ["T-OK"]
+    assert sorted(((q.position or ""), q.reason) for q in quarantined) == [
+        ("", "malformed-otlp: resourceLogs[0].scopeLogs: not an array but a string"),  # the whole document
+        ("2", f"malformed-otlp: {MALFORMED[5][1]}")]
+    assert any('"scopeLogs":"x"' in q.raw_text for q in quarantined)
+
+
+@pytest.mark.parametrize("field, value", [("timeUnixNano", "abc"), ("timeUnixNano", -5), ("timeUnixNano", 1.5e18),
+                                          ("observedTimeUnixNano", "2026-11-30T08:46:18Z")])
+def test_an_unreadable_otlp_time_is_a_bad_timestamp_not_a_missing_one(field, value):
+    from collector.ingest.parser import LineParser
+
+    (out,) = LineParser().feed_otlp_records(records_from_json(_request(_record("T-T", **{field: value}))), "http:x")
+    assert out.reason == f"bad-timestamp: OTLP {field} {value!r} is not a whole number of nanoseconds since the epoch"
+    (ok,) = LineParser().feed_otlp_records(records_from_json(_request(_record("T-T", timeUnixNano=int(TIME)))), "http:x")
+    assert ok.record is not None and ok.record.event_time_ns == int(TIME)
