@@ -255,7 +255,8 @@ def test_cli_attribute_revisits_late_history(sessions, database_url, monkeypatch
     assert res.exit_code == 0 and "re-evaluated" not in res.output  # t is before horizon - 0 s: settled
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--settle-s", "120"])
     assert res.exit_code == 0, res.output
-    assert "re-evaluated 1 recent unattributed/ambiguous transaction(s) (settle window 120 s): 1 changed" in res.output
+    assert ("re-evaluated 1 unattributed/ambiguous transaction(s) whose history may have changed (settle window "
+            "120 s, or a cluster first watched since): 1 changed") in res.output
     with sessions() as session:
         assert session.execute(select(Lineage.status, Lineage.physical_gpu_uuid)).one() == ("exact", GPU_A)
 

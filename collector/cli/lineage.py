@@ -104,8 +104,10 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
                    f"history (later than now + {settings.clock_skew_s:g} s): check the node's or the application's "
                    "clock; they are attributed once the watcher's history reaches them")
     if summary.revisited:
-        click.echo(f"re-evaluated {summary.revisited} recent unattributed/ambiguous transaction(s) "
-                   f"(settle window {settle_s:g} s): {summary.revised} changed (counted above)")
+        # recent ones (the settle window) and unknown-cluster ones of a cluster watched since
+        click.echo(f"re-evaluated {summary.revisited} unattributed/ambiguous transaction(s) whose history may have "
+                   f"changed (settle window {settle_s:g} s, or a cluster first watched since): {summary.revised} "
+                   "changed (counted above)")
 
 
 # What trace says of a record an attribution run leaves pending (collector.lineage.PENDING_*).
