@@ -3,7 +3,8 @@
 #
 # Facts (collector/policy/facts.py): input.coverage_gaps[] =
 #   {id (coverage_intervals row, null for a gap still open), cluster, kind, started_ns,
-#    ended_ns (null when open), open, duration_ns, from_ns, to_ns (clipped to the period), reason,
+#    ended_ns (null when open), open, duration_ns (from the start to its end, or to the last
+#    observation when open), from_ns, to_ns (clipped to the period), reason,
 #    state: "gap" (the watch stream was lost while the collector ran) or "stopped" (the collector
 #    shut down and has not run again; the evidence pack calls that "collector not running")}
 package draudit.coverage
@@ -26,8 +27,11 @@ findings contains f if {
 		"subjects": {"cluster": g.cluster, "kinds": [g.kind]},
 		"evidence": gap_evidence(g),
 		"physical_gpu_uuid": null,
-		"from_ns": g.from_ns,
-		"to_ns": g.to_ns,
+		# The gap's own extent, not its part in the evaluated period: the message states its whole
+		# duration, and two evaluations over overlapping periods state the same gap (same start,
+		# one finding) instead of one clipped piece each.
+		"from_ns": g.started_ns,
+		"to_ns": g.started_ns + g.duration_ns,
 	}
 }
 

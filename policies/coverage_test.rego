@@ -55,3 +55,13 @@ test_a_lost_watch_is_not_called_collector_not_running if {
 	some f in fs
 	not contains(f.message, "not running")
 }
+
+test_a_gap_found_through_a_later_window_keeps_its_own_start_and_duration if {
+	# evaluated over a period that starts 500 s into a 600 s gap: the facts clip it, the finding does not
+	clipped := object.union(gap(17, 600, false), {"from_ns": 1764410500000000000})
+	fs := coverage.findings with input as {"coverage_gaps": [clipped]} with data.draudit.params as params
+	some f in fs
+	f.from_ns == 1764410000000000000
+	f.to_ns == 1764410600000000000
+	contains(f.message, "for 600000 ms")
+}

@@ -70,7 +70,9 @@ findings contains f if {
 		"subjects": {"claims": [lib.claim_ref(i)]},
 		"evidence": {"allocation_episodes": [i.episode_id]},
 		"physical_gpu_uuid": null,
-		"from_ns": i.from_ns,
-		"to_ns": i.to_ns,
+		# the idle stretch the message measures (not its part in the evaluated period), so that
+		# the interval shown with the message is the one it speaks of
+		"from_ns": i.idle_from_ns,
+		"to_ns": i.idle_from_ns + i.duration_ns,
 	}
 }

@@ -85,3 +85,12 @@ test_an_allocation_idle_for_exactly_the_allowed_time_is_fine if {
 	fs := inventory.findings with input as facts([], [idle(3600)]) with data.draudit.params as params
 	count(fs) == 0
 }
+
+test_an_idle_stretch_seen_through_a_later_window_keeps_the_interval_its_message_measures if {
+	# the facts clip the stretch to a period starting 1000 s into it; the message speaks of all 5000 s
+	late := object.union(idle(5000), {"from_ns": 1000000000000})
+	fs := inventory.findings with input as facts([], [late]) with data.draudit.params as params
+	some f in fs
+	[f.from_ns, f.to_ns] == [0, 5000000000000]
+	contains(f.message, "for 5000000 ms")
+}

@@ -18,8 +18,12 @@ bundle names them (``claims`` as ``namespace/name``, ``namespaces``, ``tenants``
   cluster and is kept (counted as ``cluster_wide``).
 
 The same decision evaluated several times is kept once: the latest evaluation of its identity
-(``collector.policy.findings.finding_identity``: rule, cluster, subjects, start, bundle digest; an
-interval still open when evaluated ends later in a later evaluation).
+(``collector.policy.findings.finding_identity``: rule, cluster, subjects, start; an interval still
+open when evaluated ends later in a later evaluation). So is the same decision stated by several
+bundle revisions (the demo's bank bundle and the shipped one both find the cross-tenant incident):
+one finding, shown with every revision that found it (``bundles``; ``bundle_revision`` and
+``bundle_digest`` list them joined by ``BUNDLE_SEPARATOR``, oldest first), its text from the
+latest evaluation. Counting it once per bundle made one incident two "high" findings.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ RULES = ("A finding is in the pack's scope when one of its subjects is: a findin
          "as evidence) is scoped. A finding that names no namespace (an observation gap, an attribution ratio) "
          "concerns the whole cluster and is kept.")
 _ID_BATCH = 500
+BUNDLE_SEPARATOR = "; "
+ANY_BUNDLE = "*"  # the bundle digest a pack's decision key is computed with: any bundle
 
 
 @dataclass
@@ -183,8 +189,9 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     wide: set[str] = set()
     outside: set[str] = set()
     excluded: dict[str, set[str]] = {}
+    found_by: dict[str, dict[tuple[str, str], list]] = {}  # key → (revision, digest) → [first, last evaluation, engine]
     for row in rows:
-        key = finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, row.bundle_digest)
+        key = finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, ANY_BUNDLE)
         clusters, namespaces = index.named(row.evidence)
         if scope.clusters and row.cluster is None:
             subject_cluster = (row.subjects or {}).get("cluster") if isinstance(row.subjects, dict) else None
@@ -202,15 +209,25 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
             if not named:
                 wide.add(key)
         latest[key] = row
+        seen = found_by.setdefault(key, {}).setdefault((row.bundle_revision, row.bundle_digest),
+                                                       [row.evaluated_at, row.evaluated_at, row.engine])
+        if row.evaluated_at >= seen[1]:  # rows come in ascending recency: the last is the latest
+            seen[1:] = [row.evaluated_at, row.engine]
     out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
     out.excluded = {rule: len(keys) for rule, keys in excluded.items()}
-    for row in latest.values():
+    for key, row in latest.items():
+        bundles = [{"revision": rev, "digest": digest, "engine": engine,
+                    "evaluated_at": last.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+                   for (rev, digest), (_first, last, engine) in
+                   sorted(found_by[key].items(), key=lambda kv: (kv[1][0], kv[0]))]
         out.findings.append({
             "rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
             "cluster": row.cluster, "physical_gpu_uuid": row.physical_gpu_uuid,
             "from": ns_to_rfc3339(row.from_ns), "to": ns_to_rfc3339(row.to_ns), "from_ns": row.from_ns,
             "to_ns": row.to_ns, "subjects": row.subjects, "evidence": row.evidence,
-            "bundle_revision": row.bundle_revision, "bundle_digest": row.bundle_digest, "engine": row.engine,
+            "bundle_revision": BUNDLE_SEPARATOR.join(b["revision"] for b in bundles),
+            "bundle_digest": BUNDLE_SEPARATOR.join(b["digest"] for b in bundles), "bundles": bundles,
+            "decided_by": {"revision": row.bundle_revision, "digest": row.bundle_digest}, "engine": row.engine,
             "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key})
     out.findings.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), d["rule"], d["from_ns"] or 0,
                                      d["finding_key"]))

@@ -92,7 +92,8 @@ POPULATION_ROWS = {
                            "the other namespaces holding that GPU at that instant (co_tenant_namespaces); "
                            "conflict is true when the record repeats a transaction id stored before with "
                            "different content",
-    "findings": "a policy decision (rule, severity, subjects, evidence), once per decision",
+    "findings": "a policy decision (rule, severity, subjects, evidence), once per decision however many bundle "
+                "revisions found it (bundle_revision and bundle_digest then list them, separated by \"; \")",
     "coverage": "an interval in which the watcher was synced, or a gap, per cluster and kind",
     "sharing": "an interval in which two or more claims held the same physical GPU",
     "changes": "a DeviceClass version, GPU driver-version change or policy bundle revision",
@@ -369,13 +370,16 @@ def _bundle_changes(findings: list[dict[str, Any]], evaluations: list[dict[str, 
     """
     bundles: dict[tuple[str, str], dict[str, Any]] = {}
     for f in [*findings, *evaluations]:
-        b = bundles.setdefault((f["bundle_revision"], f["bundle_digest"]), {
-            "revision": f["bundle_revision"], "digest": f["bundle_digest"], "first": f["evaluated_at"],
-            "last": f["evaluated_at"], "findings": 0, "engines": set()})
-        b["first"], b["last"] = min(b["first"], f["evaluated_at"]), max(b["last"], f["evaluated_at"])
-        b["engines"].add(f["engine"])
+        # a finding of the pack may have been found by several bundles (reports.finding_scope)
+        for d in _deciders(f):
+            b = bundles.setdefault((d["revision"], d["digest"]), {
+                "revision": d["revision"], "digest": d["digest"], "first": d["evaluated_at"],
+                "last": d["evaluated_at"], "findings": 0, "engines": set()})
+            b["first"], b["last"] = min(b["first"], d["evaluated_at"]), max(b["last"], d["evaluated_at"])
+            b["engines"].add(d["engine"])
     for f in findings:
-        bundles[(f["bundle_revision"], f["bundle_digest"])]["findings"] += 1
+        for d in _deciders(f):
+            bundles[(d["revision"], d["digest"])]["findings"] += 1
     ordered = sorted(bundles.values(), key=lambda b: (b["first"], b["revision"], b["digest"]))
     for b in ordered:
         b["engines"] = ", ".join(sorted(b["engines"]))
@@ -384,6 +388,15 @@ def _bundle_changes(findings: list[dict[str, Any]], evaluations: list[dict[str, 
                 "to_value": b["revision"], "detail": f"digest {b['digest']}", "source_id": None}
                for prev, b in zip([None] + ordered[:-1], ordered)]
     return [c for c in changes if scope.from_ns <= c["at_ns"] < scope.to_ns], ordered
+
+
+def _deciders(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """``{revision, digest, engine, evaluated_at}`` of every bundle behind a pack finding (its
+    ``bundles``: several bundles may have found it, ``reports.finding_scope``) or an evaluation row."""
+    if "bundles" in row:
+        return row["bundles"]
+    return [{"revision": row["bundle_revision"], "digest": row["bundle_digest"], "engine": row["engine"],
+             "evaluated_at": row["evaluated_at"]}]
 
 
 def _evaluated_ns(evaluated_at: str) -> int:

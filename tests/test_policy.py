@@ -8,6 +8,7 @@ observation and never a violation.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -371,3 +372,35 @@ def test_cli_eval_warns_about_a_cluster_never_recorded(database_url, sessions, p
     assert "0 findings" in res.stdout
     known = CliRunner().invoke(cli, args[:-4] + ["--cluster", "prod-eu-1", "--database-url", database_url])
     assert known.exit_code == 0 and "warning" not in known.stderr
+
+
+def test_overlapping_windows_state_one_gap_per_kind_whose_message_matches_its_interval(sessions, bundle,
+                                                                                        regorus_engine):
+    # Newcomer finding: two overlapping evaluations stored 8 observation-gap findings for 4 kinds, each
+    # clipped to its window while its message gave the whole duration ("for 138970 ms" on a 60 s interval).
+    from collector.policy.findings import latest_per_identity
+    from reports.finding_scope import scoped_findings
+    from reports.populations import Scope
+
+    with sessions.begin() as s:
+        _stopped_with_unapproved_allocations_open(s)
+        History(s).gap("Pod", 2 * H, 2 * H + 600)
+    now = at(12 * H)
+    first = evaluate_period(sessions, bundle, regorus_engine, at(H), at(9 * H + 700), now_ns=now)
+    second = evaluate_period(sessions, bundle, regorus_engine, at(2 * H + 300), at(9 * H + 900), now_ns=now)
+    gaps = [f for f in first.findings + second.findings if f["rule"] == "coverage/observation-gap"]
+    assert len(gaps) == 10  # the 4 stopped kinds and the Pod gap, stated by each evaluation
+    for f in gaps:
+        [ms] = re.findall(r"for (\d+) ms", f["message"])
+        assert int(ms) == (f["to_ns"] - f["from_ns"]) // 1_000_000, f
+    with sessions() as s:
+        rows = [dict(r) for r in s.execute(select(Finding.__table__).where(Finding.rule == "coverage/observation-gap"))
+                .mappings()]
+        pack = scoped_findings(s, Scope(at(0), at(24 * H)))
+    kept = latest_per_identity(rows)
+    assert sorted((f["subjects"]["kinds"][0], f["from_ns"]) for f in kept) == [
+        ("DeviceClass", at(9 * H + 600)), ("Pod", at(2 * H)), ("Pod", at(9 * H + 600)),
+        ("ResourceClaim", at(9 * H + 600)), ("ResourceSlice", at(9 * H + 600))]
+    # the stop seen through the later window: its longer observed extent is the one kept
+    assert {f["to_ns"] for f in kept if f["from_ns"] == at(9 * H + 600)} == {at(9 * H + 900)}
+    assert len([f for f in pack.findings if f["rule"] == "coverage/observation-gap"]) == 5

@@ -1,0 +1,67 @@
+"""One incident, one finding in the pack: the same decision stated by two bundle revisions, or by
+evaluations over overlapping periods, is listed and counted once, with the revisions that found it
+(newcomer finding: the demo's pack showed its cross-tenant incident twice, "6 high", and 8
+observation-gap findings for 4 kinds whose messages disagreed with their intervals). Store tests."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sqlalchemy import insert
+
+from collector.store import ledger
+from collector.store.canonical import content_hash
+from collector.store.models import Finding
+from reports.render import PackRequest, render_pack
+from tests.pack_data import records
+from tests.test_report import CLUSTER, GPU_A, PERIOD_FROM, PERIOD_TO, at, bundle, fill_store, ns  # noqa: F401
+
+BANK, SHIPPED = ("draudit-policies-2026.11.2+demo-bank", "b1" * 32), ("draudit-policies-2026.11.2", "5b" * 32)
+SUBJECTS = {"tenants": ["marketing", "risk"], "claims": ["marketing-ml/recsys-gpu", "risk-inference/fraud-0-gpu"]}
+
+
+def _store(s, revision_digest: tuple[str, str], evaluated_h: float, rule: str = "isolation/cross-tenant-sharing",
+           subjects: dict = SUBJECTS, frm: float = 3, to: float = 4, severity: str = "high") -> None:
+    revision, digest = revision_digest
+    row = {"finding_key": content_hash([rule, digest, evaluated_h]), "cluster": CLUSTER, "rule": rule,
+           "severity": severity, "kind": "violation", "message": f"{rule} by {revision}", "subjects": subjects,
+           "evidence": None, "physical_gpu_uuid": GPU_A, "from_ns": ns(frm), "to_ns": ns(to), "period_from_ns": ns(0),
+           "period_to_ns": ns(24), "bundle_revision": revision, "bundle_digest": digest, "engine": "regorus",
+           "evaluated_at": at(evaluated_h)}
+    fid = s.execute(insert(Finding).values(**row).returning(Finding.id)).scalar_one()
+    ledger.append(s, "findings", [{**row, "id": fid}])
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_one_incident_found_by_two_bundle_revisions_is_one_finding_naming_both(sessions, tmp_path, bundle):
+    fill_store(sessions)
+    with sessions.begin() as s:
+        _store(s, BANK, 25)
+        _store(s, SHIPPED, 26)
+        _store(s, SHIPPED, 26, rule="inventory/unapproved-device-class", subjects={"claims": ["risk-inference/fraud-0-gpu"]})
+    pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,)), tmp_path / "p", policy_bundle=bundle,
+                       pdf=False, record=False)
+    ours = [f for f in records(pack.path / "data/findings.json") if f["rule"] != "isolation.cross_tenant_without_partitioning"
+            and f["rule"] != "coverage.watch_gap"]  # fill_store plants two findings of its own
+    sharing = [f for f in ours if f["rule"] == "isolation/cross-tenant-sharing"]
+    assert len(sharing) == 1 and len(ours) == 2
+    [one] = sharing
+    assert one["bundle_revision"] == f"{BANK[0]}; {SHIPPED[0]}"
+    assert one["bundle_digest"] == f"{BANK[1]}; {SHIPPED[1]}"
+    assert one["message"] == f"isolation/cross-tenant-sharing by {SHIPPED[0]}"  # the latest evaluation's text
+    html = _text((pack.path / "index.html").read_text())
+    assert html.count("isolation/cross-tenant-sharing by") == 1
+    assert f"policy bundle revision {BANK[0]}" in html and f"policy bundle revision {SHIPPED[0]}" in html
+    assert "(one decision, counted once; its text is from revision " + SHIPPED[0] in html
+    # the bundles table counts the finding for each revision that found it, the severity count once
+    bundles = re.findall(r"<tr><td>(draudit-policies[^<]*)</td>.*?<td class=\"num\">(\d+)</td></tr>",
+                         (pack.path / "index.html").read_text())
+    assert dict(bundles) == {BANK[0]: "1", SHIPPED[0]: "2"}
+    manifest = json.loads((pack.path / "manifest.json").read_text())
+    assert {b["revision"] for b in manifest["policy_bundles"]} >= {BANK[0], SHIPPED[0]}
+    highs = sum(1 for f in records(pack.path / "data/findings.json") if f["severity"] == "high")
+    assert f"high {highs}" in html and highs == 3  # fill_store's own sharing finding, this one, the unapproved class
