@@ -720,6 +720,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "resends": conflicting_resends(session, scope, total_txn),
         "claims": len({b.claim_uid for b in col.bars if b.from_ns < scope.to_ns and (b.to_ns is None or b.to_ns > scope.from_ns)}),
         "observed": observed,
+        # coverage that supports a negative statement only for part of the period (the template qualifies it)
+        "partial": ({"share": lowest[0], "cluster": lowest[1], "kind": lowest[2]}
+                    if observed and lowest is not None and lowest[0] < 1 else None),
         "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
         "findings": served_during(session, scope, describe(findings, col.facts, scope.tenant_of), stops),
