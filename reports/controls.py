@@ -42,6 +42,19 @@ INTEGRITY = ["manifest.json", "manifest.sig"]
 EVIDENCED = "evidenced"
 PARTIAL = "partially evidenced"
 NOT = "not evidenced"
+# What a status means, stated in the pack (section 11 and controls.json): an auditor read "evidenced"
+# next to an open HIGH cross-tenant violation as "compliant" (newcomer finding F4).
+STATUS_MEANING = ("A status says how far this pack holds the evidence a control asks for: evidenced (the "
+                  "evidence is here), partially evidenced (part of it, with the reason) or not evidenced (none). "
+                  "It is not an assessment that the control is effective or that it was complied with: the "
+                  "evidence may show it was not. Open findings of high or critical severity in a control's "
+                  "sections are shown next to its status.")
+# Severities that are shown next to a control's status, most severe first.
+SEVERE = ("critical", "high")
+# Which section a finding of the shipped bundle's rules is about, beside section 6 (findings): a
+# control evidenced by that section shows it too. Rules of other bundles count in section 6 only.
+RULE_SECTIONS = {"isolation/": "sharing", "inventory/": "inventory", "coverage/": "coverage",
+                 "attribution/": "lineage"}
 
 
 # What a control's status depends on in the pack (``control_statuses``): the signature, a population
@@ -172,6 +185,9 @@ class PackFacts:
     (an evaluation is recorded only through its findings), and whether any (cluster, kind) was
     synced at some time in the period (``observed``).
 
+    ``findings``: the pack's findings as (rule, severity), for the open findings shown next to each
+    control's status (``open_findings``).
+
     ``observed`` None (the caller did not say) is read from ``lowest_synced``: observed when the
     lowest share is above 0. That can only under-state it (a pack over two clusters, one of which
     was never watched in the period, reads as not observed), never claim observation that was not.
@@ -182,6 +198,7 @@ class PackFacts:
     lowest_synced: tuple[float, str, str] | None  # (synced fraction, cluster, kind)
     bundles: int = 0
     observed: bool | None = None
+    findings: tuple[tuple[str, str], ...] = ()  # (rule, severity) of each finding of the pack, once per decision
 
     def observed_in_period(self) -> bool:
         """Whether the watcher synced anything in the period (see the class docstring)."""
@@ -239,22 +256,51 @@ def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list
     return (PARTIAL if reasons else control["status"]), reasons
 
 
+def finding_sections(rule: str) -> set[str]:
+    """The pack sections a finding of ``rule`` is about: always ``findings`` (section 6), and the
+    section its rule family concerns (``RULE_SECTIONS``: isolation → sharing, …)."""
+    return {"findings"} | {section for prefix, section in RULE_SECTIONS.items() if rule.startswith(prefix)}
+
+
+def open_findings(control: dict[str, Any], facts: PackFacts) -> dict[str, int]:
+    """Severity → number of the pack's findings of ``SEVERE`` severity in the control's sections
+    (``finding_sections``), most severe first; empty when there are none."""
+    sections = set(control["sections"])
+    counts = {sev: 0 for sev in SEVERE}
+    for rule, severity in facts.findings:
+        if severity in counts and finding_sections(rule) & sections:
+            counts[severity] += 1
+    return {sev: n for sev, n in counts.items() if n}
+
+
+def status_text(status: str, findings: dict[str, int]) -> str:
+    """The status as the pack shows it: ``evidenced — 2 high findings open`` (``findings`` from
+    ``open_findings``), or the status alone."""
+    if not findings:
+        return status
+    return status + " — " + ", ".join(f"{n} {sev} finding{'' if n == 1 else 's'} open" for sev, n in findings.items())
+
+
 def controls_document(facts: PackFacts) -> dict[str, Any]:
     """The ``controls.json`` content: sections and controls with their status computed for this pack.
 
     Each control carries ``id`` (``"<regulation> <article>"``), requirement, ``status`` (see
     ``control_status``), ``status_reasons``, ``ceiling`` (the most this tool evidences), section ids
-    with titles, and the pack files that evidence it (``manifest.sig`` only when signed).
+    with titles, the pack files that evidence it (``manifest.sig`` only when signed), and
+    ``open_findings`` (severity → count, ``open_findings``) with ``status_text`` (the status with
+    them, as the HTML shows it). ``status_meaning`` says what a status states (``STATUS_MEANING``).
     """
     controls = []
     for c in CONTROLS:
         files = [f for f in c["files"] if facts.signed or f != "manifest.sig"]
         status, reasons = control_status(c, facts)
+        severe = open_findings(c, facts)
         entry = {k: v for k, v in c.items() if k not in ("needs", "evidence")}
         controls.append({"id": f"{c['regulation']} {c['article']}", **entry, "files": files, "status": status,
-                         "status_reasons": reasons, "ceiling": c["status"],
+                         "status_reasons": reasons, "ceiling": c["status"], "open_findings": severe,
+                         "status_text": status_text(status, severe),
                          "section_titles": [SECTION_TITLES[s] for s in c["sections"]]})
     return {"sections": [{"id": i, "title": t} for i, t in SECTIONS], "controls": controls,
-            "statuses": [EVIDENCED, PARTIAL, NOT],
+            "statuses": [EVIDENCED, PARTIAL, NOT], "status_meaning": STATUS_MEANING,
             "source": "Paraphrased requirements; the Official Journal text is authoritative. Statuses are "
                       "computed from this pack: signature, non-empty populations, coverage, policy evaluation."}

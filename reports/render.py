@@ -705,7 +705,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     cross = [s for s in segments if s.cross_tenant]
     lowest = min(((k["synced_fraction"], k["cluster"], k["kind"]) for k in cov_summary), default=None)
     observed = any(k["synced_s"] > 0 for k in cov_summary)  # a cluster never watched must not hide another's
-    controls = controls_document(PackFacts(signed, counts, lowest, len(bundles), observed=observed))
+    controls = controls_document(PackFacts(signed, counts, lowest, len(bundles), observed=observed,
+                                           findings=tuple((f["rule"], f["severity"]) for f in findings)))
     context = {
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
         "sections": SECTIONS, "controls": controls["controls"], "controls_doc": controls, "limit": HTML_ROW_LIMIT,
