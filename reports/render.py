@@ -407,7 +407,10 @@ def _evaluated_ns(evaluated_at: str) -> int:
 @dataclass(frozen=True)
 class LineageSummary:
     """The transactions in scope counted in one pass: by status and reason (``by_status``), by
-    physical GPU (``by_gpu``), in all (``total``), and the lineage rows by the clock-skew tolerance
+    physical GPU (``by_gpu``, ascending UUID), those whose lineage names no GPU (``no_gpu``: no
+    pod, claim or allocation, several devices, not attributed yet; same keys, ``gpu`` None; None
+    when there are none), in all (``total`` = the sum of the ``by_gpu`` and ``no_gpu`` totals: the
+    table in section 7 reconciles with it), and the lineage rows by the clock-skew tolerance
     (seconds, None = not recorded) they were computed with (``tolerances``, ascending, None last),
     as ``collector.lineage.tolerances_in_use`` counts them."""
 
@@ -415,6 +418,7 @@ class LineageSummary:
     by_gpu: list[dict[str, Any]]
     total: int
     tolerances: dict[float | None, int]
+    no_gpu: dict[str, Any] | None = None
 
 
 def _lineage_summary(session: Session, scope: pop.Scope) -> LineageSummary:
@@ -441,14 +445,14 @@ def _lineage_summary(session: Session, scope: pop.Scope) -> LineageSummary:
             by_settings[settings_id] = by_settings.get(settings_id, 0) + n
         st = st if st is not None else pop.NOT_ATTRIBUTED
         statuses[(st, reason)] = statuses.get((st, reason), 0) + n
-        if gpu is not None:
-            g = by_gpu.setdefault(gpu, {"gpu": gpu, "exact": 0, "ambiguous": 0, "other": 0, "total": 0})
-            g[st if st in ("exact", "ambiguous") else "other"] += n
-            g["total"] += n
+        # every transaction counts in one row, a GPU's or "no GPU", so the table adds up to the total
+        g = by_gpu.setdefault(gpu, {"gpu": gpu, "exact": 0, "ambiguous": 0, "other": 0, "total": 0})
+        g[st if st in ("exact", "ambiguous") else "other"] += n
+        g["total"] += n
     by_status = [{"status": st, "reason": reason or "—", "count": n}
                  for (st, reason), n in sorted(statuses.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or ""))]
-    return LineageSummary(by_status, [by_gpu[g] for g in sorted(by_gpu)], sum(statuses.values()),
-                          _tolerances(session, by_settings))
+    return LineageSummary(by_status, [by_gpu[g] for g in sorted(g for g in by_gpu if g is not None)],
+                          sum(statuses.values()), _tolerances(session, by_settings), by_gpu.get(None))
 
 
 def _tolerances(session: Session, by_settings: dict[int | None, int]) -> dict[float | None, int]:
@@ -728,7 +732,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
         "findings": served_during(session, scope, describe(findings, col.facts, scope.tenant_of), stops),
         "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
-        "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "transactions": total_txn,
+        "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "lineage_no_gpu": summary.no_gpu,
+        "transactions": total_txn,
         "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
         "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments),
         "columns": {"inventory": pop.INVENTORY_COLUMNS, "allocation_episodes": pop.EPISODE_COLUMNS,
