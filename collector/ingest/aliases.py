@@ -72,6 +72,21 @@ class AliasTable:
                 return name, v
         return None
 
+    def unusable(self, flat: Mapping[str, Any], canonical: str) -> tuple[str, str] | None:
+        """Why ``lookup`` found nothing for ``canonical`` although ``flat`` holds one of its names:
+        ``(name, what)`` for the first name (priority order) that holds an empty string, else for
+        a name that holds an object (``flatten`` spreads it into ``name.<member>`` keys). None when
+        no name is there at all: the field is missing. For the quarantine reason only (a slow scan)."""
+        names = self._candidates[canonical]
+        for name in names:
+            if flat.get(name) == "":
+                return name, "is an empty string"
+        prefixes = tuple(name + "." for name in names)
+        for key in flat:
+            if key.startswith(prefixes):
+                return next(n for n, p in zip(names, prefixes) if key.startswith(p)), "is an object"
+        return None
+
     @cached_property
     def _candidates(self) -> dict[str, tuple[str, ...]]:
         return {canonical: tuple(names) + tuple(p + n for p in self.mdc_prefixes for n in names)

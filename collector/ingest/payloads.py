@@ -74,6 +74,19 @@ def _scalar_text(value: Any) -> str | None:
     return None
 
 
+def _what_it_is(value: Any) -> str:
+    """What a JSON value that ``_scalar_text`` refuses is, for a quarantine reason."""
+    if isinstance(value, str):
+        return "is blank (only whitespace)"
+    if isinstance(value, bool):
+        return "is a boolean"
+    if isinstance(value, dict):
+        return "is an empty object"
+    if isinstance(value, list):
+        return "is an array"
+    return f"is a {type(value).__name__}"
+
+
 class RecordBuilder:
     """Turns a flattened application record plus its envelope into a ``CanonicalRecord``.
 
@@ -151,12 +164,17 @@ class RecordBuilder:
 
         hit = a.lookup(flat, "transaction_id")
         if hit is None:
+            unusable = a.unusable(flat, "transaction_id")
+            if unusable is not None:
+                raise Rejected(f"bad-transaction-id: field {unusable[0]!r} {unusable[1]}, not a transaction id "
+                               "(a non-blank string or a number)")
             raise Rejected("missing-transaction-id: no transaction id field (looked for "
                            + ", ".join(a.names["transaction_id"]) + "; configure more with --aliases)")
         txn_name, txn_value = hit
         txn = _scalar_text(txn_value)
         if txn is None:
-            raise Rejected(f"bad-transaction-id: field {txn_name!r} is not a string or number")
+            raise Rejected(f"bad-transaction-id: field {txn_name!r} {_what_it_is(txn_value)}, not a transaction id "
+                           "(a non-blank string or a number)")
         consumed.add(txn_name)
 
         payload_time = self.event_time(flat, consumed)
