@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 import orjson
@@ -107,8 +108,20 @@ def _known_staged(session: Session, stage: str) -> tuple[set[str], set[str]]:
 
 
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    """The dedup keys and transaction ids already stored among ``txn_ids`` (SQLite and others: by
+    ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     keys: set[str] = set()
     txns: set[str] = set()
+    conn = session.connection()
+    if conn.dialect.name == "sqlite":
+        # Straight to the driver: Core's expanding IN renders 1000 bind names on every call (≈ 5 µs
+        # of the writer's CPU per record); the statement text is the same for every full chunk.
+        for i in range(0, len(txn_ids), LOOKUP_CHUNK):
+            part = tuple(txn_ids[i:i + LOOKUP_CHUNK])
+            for txn, key in conn.exec_driver_sql(_sqlite_known_sql(len(part)), part):
+                keys.add(key)
+                txns.add(txn)
+        return keys, txns
     stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
     for i in range(0, len(txn_ids), LOOKUP_CHUNK):
@@ -116,6 +129,12 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]
             keys.add(key)
             txns.add(txn)
     return keys, txns
+
+
+@lru_cache(maxsize=8)
+def _sqlite_known_sql(count: int) -> str:
+    return ("SELECT transaction_id, dedup_key FROM inference_records WHERE transaction_id IN ("
+            + ", ".join("?" for _ in range(count)) + ")")
 
 
 def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | None,
