@@ -351,6 +351,23 @@ def test_facts_never_carry_an_empty_interval_whatever_the_period(sessions):
         assert bool(list(iter_allocations(facts))) == (start_s < 9 * H + 600)
 
 
+def test_cli_eval_says_when_nothing_of_the_period_was_observed(database_url, sessions):
+    with sessions.begin() as s:
+        _stopped_with_unapproved_allocations_open(s)
+    args = ["policy", "eval", "--from", ns_to_rfc3339(at(9 * H + 680)), "--to", ns_to_rfc3339(at(9 * H + 740)),
+            "--database-url", database_url, "--cluster", "prod-eu-1"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert ("note: cluster prod-eu-1 was not observed in this period: its ResourceClaims were last observed at "
+            "2026-11-29T09:10:00Z (the collector stopped or lost the watch stream); no allocation of it is evaluated"
+            in res.stderr)
+    assert "inventory/unapproved-device-class" not in res.stdout
+    observed = CliRunner().invoke(cli, args[:2] + ["--from", ns_to_rfc3339(at(9 * H)), "--to",
+                                                   ns_to_rfc3339(at(10 * H))] + args[6:])
+    assert observed.exit_code == 0 and "not observed" not in observed.stderr
+    assert observed.stdout.count("inventory/unapproved-device-class") == 2
+
+
 def test_cli_eval_refuses_a_period_that_has_not_ended(database_url, sessions, planted):
     # as `draudit report` does: an evaluation of hours still to come would state them as observed
     args = ["policy", "eval", "--from", "2099-01-01", "--to", "2099-01-02", "--database-url", database_url]

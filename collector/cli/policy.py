@@ -141,6 +141,10 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
         if unknown:
             click.echo(unknown.warning("nothing of it can be evaluated: 0 findings says nothing about it"), err=True)
     result = evaluate_period(sessions, bundle, engine, dt_to_ns(start), dt_to_ns(end), cluster)
+    for name, last in sorted(result.unobserved.items()):  # "0 findings" there means "not observed", not "clean"
+        click.echo(f"note: cluster {name} was not observed in this period: its ResourceClaims were last observed at "
+                   f"{ns_to_rfc3339(last)} (the collector stopped or lost the watch stream); no allocation of it is "
+                   "evaluated, only that loss of observation is stated", err=True)
     if output == "json":
         echo_json([{"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "subjects": f["subjects"],
                     "physical_gpu_uuid": f["physical_gpu_uuid"], "from": ns_to_rfc3339(f["from_ns"]),

@@ -18,7 +18,9 @@ before the period started) is not a fact of the period: facts never carry an emp
 The document (``build_facts(...)``)::
 
     {
-      "period": {"from_ns": int, "to_ns": int, "cluster": str | null},
+      "period": {"from_ns": int, "to_ns": int, "cluster": str | null,
+                 "observed_until_ns": {cluster: int}},  # clusters whose ResourceClaim watch is not live
+                                        # (stopped or in a gap) before the period end: their last observation
       "allocation_groups": [                # device results of allocations overlapping the period,
         {"namespace", "device_class": str | null,   # grouped by what the per-allocation rules
          "admin_access": bool, "known_device": bool, # decide on
@@ -367,7 +369,8 @@ def build_facts(session: Session, period_from_ns: int, period_to_ns: int, cluste
     finally:
         _drop(conn)
     return {
-        "period": {"from_ns": period_from_ns, "to_ns": period_to_ns, "cluster": cluster},
+        "period": {"from_ns": period_from_ns, "to_ns": period_to_ns, "cluster": cluster,
+                   "observed_until_ns": dict(sorted(unobserved.items()))},
         "allocation_groups": allocation_groups,
         "overlaps": overlaps,
         "handovers": handovers,

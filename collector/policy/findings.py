@@ -53,6 +53,9 @@ class Evaluation:
     store_s: float
     counts: dict[str, int] = field(default_factory=dict)
     updated: int = 0  # of ``inserted``, rows whose identity was stored before (the end moved)
+    # cluster → last observation, for clusters of which nothing in the period was observed (the
+    # collector stopped, or lost the ResourceClaim stream, at or before the period start)
+    unobserved: dict[str, int] = field(default_factory=dict)
 
 
 def finding_key(finding: dict[str, Any], cluster: str | None, period_from_ns: int, period_to_ns: int, digest: str) -> str:
@@ -195,8 +198,9 @@ def evaluate_period(sessions: sessionmaker[Session], bundle: Bundle, engine: Pol
               "handovers": len(facts["handovers"]), "idle_allocations": len(facts["idle_allocations"]),
               "coverage_gaps": len(facts["coverage_gaps"]), "records": facts["attribution"]["records"]}
     stored.sort(key=lambda r: (r["from_ns"] if r["from_ns"] is not None else -1, r["rule"], r["finding_key"]))
+    unobserved = {c: t for c, t in facts["period"]["observed_until_ns"].items() if t <= period_from_ns}
     return Evaluation(stored, inserted, facts_done - started, rego_done - facts_done, stored_done - rego_done, counts,
-                      updated)
+                      updated, unobserved)
 
 
 def _stored_identities(session: Session, rows: list[dict[str, Any]]) -> dict[str, set[str]]:
