@@ -336,3 +336,16 @@ def test_digits_written_as_unicode_escapes_are_masked_as_digits(text, masked):
 def test_escaped_digits_that_are_no_pan_are_left_as_written():
     text = '{"m":"order \\u0034\\u0032 of 13 items, ref 4111111111111112"}'  # Luhn fails
     assert mask_text(text) == (text, 0)
+
+
+@pytest.mark.parametrize("text, masked", [
+    ('{"a":4.111111111111111e15}', '{"a":411111******1111}'),
+    ('{"a":41111111111111110e-1,"b":1.5e3}', '{"a":411111******1111.0,"b":1.5e3}'),
+    ('{"a":-41.11111111111111E+14}', '{"a":-411111******1111}'),
+    ('{"a":4.111111111111112e15,"b":1e999999}', '{"a":4.111111111111112e15,"b":1e999999}'),  # no PAN; out of range
+])
+def test_numbers_with_an_exponent_are_masked_by_their_value_for_hashing(text, masked):
+    from collector.ingest.pan import mask_exponent_numbers
+
+    assert mask_text(text) == (text, 0)  # the digits as written are no PAN
+    assert mask_exponent_numbers(text) == masked

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 PAN_MIN_DIGITS = 13
@@ -645,6 +646,35 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     if len(digits) < CUT_PAN_MIN_DIGITS:
         return original, 0
     return text[:start] + digits[:6] + "*" * (len(digits) - 6) + (undecodable.group() if undecodable else ""), 1
+
+
+# A JSON number written with an exponent (``4.111111111111111e15``): its digits as written need
+# not be the digits of its value. Bounded: a value beyond 10^±40 holds no PAN-sized integer part.
+_EXPONENT_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?[eE][+-]?\d+")
+_MAX_EXPONENT = 40
+
+
+def mask_exponent_numbers(text: str) -> str:
+    """``text`` with each number written with an exponent whose value, written out, holds a PAN
+    replaced by that value written out and masked (``4.111111111111111e15`` →
+    ``411111******1111``, as ``PanMasker.value`` stores the decoded number); other numbers stay.
+
+    For the raw text a hash is taken over (``raw_sha256``): ``mask_text`` reads
+    ``4.111111111111111e15`` as no PAN, and a hash of a line holding it next to the masked field
+    gives the middle digits away to a brute force (PCI DSS 3.5.1.1). Slow (a regex tried at every
+    digit): for the lines whose decoder saw such a number (``jsondoc.Decoder.saw_exponent``).
+    """
+    def expand(match: re.Match[str]) -> str:
+        try:
+            value = Decimal(match.group())
+        except InvalidOperation:
+            return match.group()
+        if not -_MAX_EXPONENT < value.adjusted() < _MAX_EXPONENT:
+            return match.group()
+        masked, n = mask_text(format(value, "f"))
+        return masked if n else match.group()
+
+    return _EXPONENT_NUMBER.sub(expand, text)
 
 
 # Characters no text log line holds and binary data (a protobuf file read as lines) does: C0

@@ -35,8 +35,8 @@ from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
-from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_binary, mask_cut_end, mask_text,
-                                  may_contain_pan)
+from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_binary, mask_cut_end,
+                                  mask_exponent_numbers, mask_text, may_contain_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -93,13 +93,6 @@ def _strip(text: str) -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _sha256_masked(text: str) -> str:
-    # The hash is over the *masked* text: an unkeyed hash of a line holding a PAN, next to its
-    # masked first 6 / last 4, would let anyone brute-force the middle digits (PCI DSS 3.5.1.1).
-    masked = mask_text(text)[0]
-    return hashlib.sha256(masked.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class LineParser:
@@ -412,7 +405,9 @@ class LineParser:
     def _payload(self, env: Envelope, raw: str, source: str, position: str | None,
                  hashed: Callable[[], str] | None = None) -> Outcome:
         """The record of one application line (``env.payload``), ``raw`` the input line(s) it came
-        from. ``raw_sha256`` is the hash of ``raw``, PAN-masked when a PAN may be in it; ``hashed``
+        from. ``raw_sha256`` is the hash of ``raw``, PAN-masked when a PAN may be in it (the hash is
+        over the *masked* text: an unkeyed hash of a line holding a PAN, next to its masked first 6 /
+        last 4, would let anyone brute-force the middle digits, PCI DSS 3.5.1.1); ``hashed``
         gives the masked text to hash instead (a line reassembled from partial chunks, where a PAN
         may span two raw lines: ``_partial_text``)."""
         payload = env.payload
@@ -437,7 +432,10 @@ class LineParser:
         if may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) or self._decoder.saw_exponent \
                 or self._source_may_contain_pan(source):
             masker = self.masker
-            raw_sha256 = _sha256(hashed()) if hashed is not None else _sha256_masked(raw)
+            hash_text = hashed() if hashed is not None else mask_text(raw)[0]
+            if self._decoder.saw_exponent:  # 4.111111111111111e15 is a PAN that mask_text does not read
+                hash_text = mask_exponent_numbers(hash_text)
+            raw_sha256 = _sha256(hash_text)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)
         record = self.builder.build(flat, fmt, env, masker, raw_sha256=raw_sha256, source=source, position=position)
