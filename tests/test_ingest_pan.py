@@ -348,4 +348,4 @@ def test_numbers_with_an_exponent_are_masked_by_their_value_for_hashing(text, ma
     from collector.ingest.pan import mask_exponent_numbers
 
     assert mask_text(text) == (text, 0)  # the digits as written are no PAN
-    assert mask_exponent_numbers(text) == masked
+    assert mask_exponent_numbers(text) == (masked, 0 if masked == text else 1)

@@ -72,6 +72,7 @@ FORMS = {
     # a JSON number with an exponent: its value is the PAN, its digits as written are not (stored "411111******1111.0")
     "exponent": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-EXP","note":%s.%se15}'
                  % (pan[0], pan[1:]), True),
+    "exponent-quarantined": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","note":%s.%se15}' % (pan[0], pan[1:]), False),
     # no transaction id: quarantined, its text and hash stored
     "quarantined": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","note":"\\u%04x%s"}' % (ord(pan[0]), pan[1:]), False),
 }

@@ -652,19 +652,29 @@ def mask_cut_end(text: str) -> tuple[str, int]:
 # not be the digits of its value. Bounded: a value beyond 10^±40 holds no PAN-sized integer part.
 _EXPONENT_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?[eE][+-]?\d+")
 _MAX_EXPONENT = 40
+_EXPONENT_HINT = re.compile(r"\d[eE][+-]?\d")
 
 
-def mask_exponent_numbers(text: str) -> str:
+def mask_exponent_numbers(text: str) -> tuple[str, int]:
     """``text`` with each number written with an exponent whose value, written out, holds a PAN
     replaced by that value written out and masked (``4.111111111111111e15`` →
     ``411111******1111``, as ``PanMasker.value`` stores the decoded number); other numbers stay.
 
     For the raw text a hash is taken over (``raw_sha256``): ``mask_text`` reads
     ``4.111111111111111e15`` as no PAN, and a hash of a line holding it next to the masked field
-    gives the middle digits away to a brute force (PCI DSS 3.5.1.1). Slow (a regex tried at every
-    digit): for the lines whose decoder saw such a number (``jsondoc.Decoder.saw_exponent``).
+    gives the middle digits away to a brute force (PCI DSS 3.5.1.1); a quarantined line shows them
+    as they are. Slowish (a regex tried at every digit, after a search for an exponent): for
+    quarantined text and the lines whose decoder saw such a number (``jsondoc.Decoder.saw_exponent``).
+
+    Returns:
+        ``(text, number_of_pans_masked)``; the same object when nothing was masked.
     """
+    if not _EXPONENT_HINT.search(text):
+        return text, 0
+    count = 0
+
     def expand(match: re.Match[str]) -> str:
+        nonlocal count
         try:
             value = Decimal(match.group())
         except InvalidOperation:
@@ -672,9 +682,11 @@ def mask_exponent_numbers(text: str) -> str:
         if not -_MAX_EXPONENT < value.adjusted() < _MAX_EXPONENT:
             return match.group()
         masked, n = mask_text(format(value, "f"))
+        count += n
         return masked if n else match.group()
 
-    return _EXPONENT_NUMBER.sub(expand, text)
+    out = _EXPONENT_NUMBER.sub(expand, text)
+    return (out, count) if count else (text, 0)
 
 
 # Characters no text log line holds and binary data (a protobuf file read as lines) does: C0

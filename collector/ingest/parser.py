@@ -146,8 +146,9 @@ class LineParser:
         partial), so a run of digits at its end is masked as the start of a PAN (``pan.mask_cut_end``).
         """
         masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text), keep_otlp_times=True)
+        masked, exponent_pans = mask_exponent_numbers(masked)  # 4.111111111111111e15 shows a PAN's digits
         masked, binary_runs = mask_binary(masked)
-        self.masker.masked += binary_runs
+        self.masker.masked += exponent_pans + binary_runs
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
             # never keep a PAN cut in half (nor behind the U+FFFD of a multi-byte character cut there)
@@ -434,7 +435,7 @@ class LineParser:
             masker = self.masker
             hash_text = hashed() if hashed is not None else mask_text(raw)[0]
             if self._decoder.saw_exponent:  # 4.111111111111111e15 is a PAN that mask_text does not read
-                hash_text = mask_exponent_numbers(hash_text)
+                hash_text = mask_exponent_numbers(hash_text)[0]
             raw_sha256 = _sha256(hash_text)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)
