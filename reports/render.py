@@ -81,6 +81,10 @@ STATUS_MEANINGS = {
     "no-claim": "the pod had no claim for the transaction's container at that time",
     "no-allocation": "the claim was not allocated at that time",
     "no-device-record": "no ResourceSlice published the allocated device at that time",
+    "pod-identity-conflict": "the record's pod uid belongs to a pod whose namespace, name or node at that time is "
+                             "not the one the record names: the record contradicts itself, no device is stated",
+    "unknown-cluster": "the record names a cluster this store holds no watch history of (re-evaluated once the "
+                       "watcher has recorded it)",
     pop.NOT_ATTRIBUTED: "logged but the attribution job has not processed it yet",
 }
 # What one row of each population file is (the scope section lists the files with their row counts).

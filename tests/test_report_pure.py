@@ -233,3 +233,18 @@ def test_controls_resting_on_findings_or_observation_are_lowered_for_the_same_re
             assert POLICY_EVALUATED in c["needs"] or "findings" in c["needs"], c["article"]
         if c["status"] != NOT and OBSERVED_SECTIONS & set(c["sections"]):
             assert COVERAGE_COMPLETE in c["needs"], c["article"]
+
+
+def test_every_attribution_reason_has_a_meaning_in_the_pack():
+    """The methodology explains every reason collector/lineage.py can store (read from its decision table)."""
+    import re
+    from pathlib import Path
+
+    import collector.lineage
+    from reports.render import STATUS_MEANINGS
+
+    source = Path(collector.lineage.__file__).read_text()
+    reasons = set(re.findall(r'"(?:unattributed|ambiguous)", "([a-z-]+)"\)', source)) - {"unattributed", "ambiguous"}
+    reasons.add("skew-window")
+    assert {"no-pod", "unknown-cluster", "pod-identity-conflict", "several-devices"} <= reasons
+    assert reasons - set(STATUS_MEANINGS) == set()
