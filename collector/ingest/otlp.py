@@ -210,31 +210,28 @@ def check_export_request(doc: dict[str, Any]) -> None:
     answered 200 with nothing stored. A scalar field's bad value (``timeUnixNano: "abc"``) is the
     record's problem: ``OtlpLogRecord.problems``, its record quarantined with that reason.
     """
-    _expect(doc.get("resourceLogs"), list, "resourceLogs")
-    for i, rl in enumerate(doc.get("resourceLogs") or ()):
-        p = f"resourceLogs[{i}]"
-        if not isinstance(rl, dict):
-            _expect(rl, dict, p)
-            raise OtlpMalformed(p, "null is not a ResourceLogs")
+    for p, rl in _messages(doc.get("resourceLogs"), "resourceLogs", "ResourceLogs"):
         _expect(rl.get("resource"), dict, f"{p}.resource")
         _check_key_values((rl.get("resource") or {}).get("attributes"), f"{p}.resource.attributes")
-        _expect(rl.get("scopeLogs"), list, f"{p}.scopeLogs")
-        for j, sl in enumerate(rl.get("scopeLogs") or ()):
-            q = f"{p}.scopeLogs[{j}]"
-            if not isinstance(sl, dict):
-                _expect(sl, dict, q)
-                raise OtlpMalformed(q, "null is not a ScopeLogs")
+        for q, sl in _messages(rl.get("scopeLogs"), f"{p}.scopeLogs", "ScopeLogs"):
             _expect(sl.get("scope"), dict, f"{q}.scope")
             _check_key_values((sl.get("scope") or {}).get("attributes"), f"{q}.scope.attributes")
-            _expect(sl.get("logRecords"), list, f"{q}.logRecords")
-            for k, lr in enumerate(sl.get("logRecords") or ()):
-                r = f"{q}.logRecords[{k}]"
-                if not isinstance(lr, dict):
-                    _expect(lr, dict, r)
-                    raise OtlpMalformed(r, "null is not a LogRecord")
+            for r, lr in _messages(sl.get("logRecords"), f"{q}.logRecords", "LogRecord"):
                 _check_key_values(lr.get("attributes"), f"{r}.attributes")
                 if lr.get("body") is not None:
                     _check_any_value(lr["body"], f"{r}.body")
+
+
+def _messages(items: Any, path: str, message: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(path[i], object)`` of each element of the repeated message field ``items`` (null: none);
+    ``OtlpMalformed`` at the field or the first element that is not an object."""
+    _expect(items, list, path)
+    for i, item in enumerate(items or ()):
+        at = f"{path}[{i}]"
+        if not isinstance(item, dict):
+            _expect(item, dict, at)
+            raise OtlpMalformed(at, f"null is not a {message}")
+        yield at, item
 
 
 def _time_problem(lr: dict[str, Any], name: str) -> str | None:
