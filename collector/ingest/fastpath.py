@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 from collector.ingest import envelopes, timestamps
 from collector.ingest.jsondoc import JsonRejected
 from collector.ingest.pan import may_contain_pan
-from collector.ingest.payloads import Rejected, _in_range, _scalar_text, detect_format, prepare
+from collector.ingest.payloads import Rejected, _in_range, _scalar_text, aliased_id, aliased_text, detect_format, prepare
 from collector.ingest.record import (COLUMN_LIMITS, POSITION_CHARS, OutOfRange, attributes_json, coerce_latency_ms,
-                                     ledger_template, normalise_span_id, normalise_trace_id)
+                                     ledger_template)
 from collector.store.canonical import content_hash
 
 if TYPE_CHECKING:
@@ -137,16 +137,8 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], line
     else:
         extra = None
 
-    def text(field_name: str) -> str | None:
-        h = lookup(flat, field_name)
-        if h is None:
-            return None
-        v = _scalar_text(h[1])
-        if v is not None:
-            consumed.add(h[0])
-        return v
-
-    model_name, model_version, decision = text("model_name"), text("model_version"), text("decision")
+    model_name, model_version, decision = (aliased_text(lookup, flat, name, consumed)
+                                           for name in ("model_name", "model_version", "decision"))
     latency = None
     h = lookup(flat, "latency_ms")
     if h is not None:
@@ -155,22 +147,8 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], line
             warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
         else:
             consumed.add(h[0])
-    tid = None
-    h = lookup(flat, "trace_id")
-    if h is not None:
-        tid = normalise_trace_id(h[1], h[0])
-        if tid is None:
-            warnings.append(f"trace id field {h[0]!r} is not 16/32 hex digits; kept in attributes")
-        else:
-            consumed.add(h[0])
-    sid = None
-    h = lookup(flat, "span_id")
-    if h is not None:
-        sid = normalise_span_id(h[1], h[0])
-        if sid is None:
-            warnings.append(f"span id field {h[0]!r} is not 16 hex digits; kept in attributes")
-        else:
-            consumed.add(h[0])
+    tid = aliased_id(lookup, flat, "trace_id", consumed, warnings)
+    sid = aliased_id(lookup, flat, "span_id", consumed, warnings)
 
     attributes = {k: v for k, v in flat.items() if k not in consumed}
     if extra:

@@ -10,7 +10,7 @@ and stripping GELF's ``_`` every format maps through the same alias table (§7.1
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from collector.ingest import timestamps
 from collector.ingest.aliases import AliasTable, gelf_fields
@@ -188,16 +188,8 @@ class RecordBuilder:
         else:
             extra = {}
 
-        def text(field_name: str) -> str | None:
-            h = a.lookup(flat, field_name)
-            if h is None:
-                return None
-            v = _scalar_text(h[1])
-            if v is not None:
-                consumed.add(h[0])
-            return v
-
-        model_name, model_version, decision = text("model_name"), text("model_version"), text("decision")
+        model_name, model_version, decision = (aliased_text(a.lookup, flat, name, consumed)
+                                               for name in ("model_name", "model_version", "decision"))
         latency = None
         h = a.lookup(flat, "latency_ms")
         if h is not None:
@@ -211,22 +203,10 @@ class RecordBuilder:
                 consumed.add(h[0])
         tid = normalise_trace_id(trace_id) if trace_id else None
         if tid is None:
-            h = a.lookup(flat, "trace_id")
-            if h is not None:
-                tid = normalise_trace_id(h[1], h[0])
-                if tid is None:
-                    warnings.append(f"trace id field {h[0]!r} is not 16/32 hex digits; kept in attributes")
-                else:
-                    consumed.add(h[0])
+            tid = aliased_id(a.lookup, flat, "trace_id", consumed, warnings)
         sid = normalise_span_id(span_id) if span_id else None
         if sid is None:
-            h = a.lookup(flat, "span_id")
-            if h is not None:
-                sid = normalise_span_id(h[1], h[0])
-                if sid is None:
-                    warnings.append(f"span id field {h[0]!r} is not 16 hex digits; kept in attributes")
-                else:
-                    consumed.add(h[0])
+            sid = aliased_id(a.lookup, flat, "span_id", consumed, warnings)
 
         attributes = {k: v for k, v in flat.items() if k not in consumed}
         attributes.update(extra)
@@ -265,3 +245,38 @@ class RecordBuilder:
         if col:
             raise Rejected(f"field-too-long: {col} is longer than its column allows")
         return rec
+
+
+def aliased_text(lookup: Callable[[dict[str, Any], str], tuple[str, Any] | None], flat: dict[str, Any],
+                 field_name: str, consumed: set[str]) -> str | None:
+    """The canonical text field ``field_name`` (model name, version, decision) found through the alias
+    table: a scalar as text (its key then consumed), else None (absent, or an object or array: it
+    stays in the attributes)."""
+    h = lookup(flat, field_name)
+    if h is None:
+        return None
+    value = _scalar_text(h[1])
+    if value is not None:
+        consumed.add(h[0])
+    return value
+
+
+_ID_SHAPES = {"trace_id": (normalise_trace_id, "trace id", "16/32 hex digits"),
+              "span_id": (normalise_span_id, "span id", "16 hex digits")}
+
+
+def aliased_id(lookup: Callable[[dict[str, Any], str], tuple[str, Any] | None], flat: dict[str, Any], field_name: str,
+               consumed: set[str], warnings: list[str]) -> str | None:
+    """The application's ``trace_id`` or ``span_id`` (``field_name``) found through the alias table,
+    normalised to lower-case hex (its key then consumed), or None: absent, or not of the W3C Trace
+    Context shape (a warning says so; the value stays in the attributes)."""
+    h = lookup(flat, field_name)
+    if h is None:
+        return None
+    normalise, what, shape = _ID_SHAPES[field_name]
+    value = normalise(h[1], h[0])
+    if value is None:
+        warnings.append(f"{what} field {h[0]!r} is not {shape}; kept in attributes")
+    else:
+        consumed.add(h[0])
+    return value
