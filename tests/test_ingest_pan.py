@@ -349,3 +349,15 @@ def test_numbers_with_an_exponent_are_masked_by_their_value_for_hashing(text, ma
 
     assert mask_text(text) == (text, 0)  # the digits as written are no PAN
     assert mask_exponent_numbers(text) == (masked, 0 if masked == text else 1)
+
+
+@pytest.mark.parametrize("sep", ["\u00ad", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"])
+def test_invisible_format_characters_between_digits_are_separators(sep):
+    # a newcomer re-check stored 4111<soft hyphen>1111<soft hyphen>… whole: it displays as one number
+    for value in (sep.join(["4111", "1111", "1111", "1111"]), "4111" + sep + "111111111111", "card 4111" + sep * 2 + "1111 1111 1111"):
+        masked = PanMasker().value({"d": value})["d"]
+        assert "411111******1111" in masked and "1111" + sep not in masked, (sep, value)
+    escaped = '{"d":"4111\\u%04x111111111111"}' % ord(sep)  # the raw line: its hash must not hold the PAN
+    assert mask_text(escaped) == ('{"d":"411111******1111"}', 1)
+    emoji = "family \U0001F468\u200d\U0001F469 order 12"  # no digit run: left as written
+    assert mask_text(emoji) == (emoji, 0)

@@ -73,6 +73,17 @@ FORMS = {
     "exponent": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-EXP","note":%s.%se15}'
                  % (pan[0], pan[1:]), True),
     "exponent-quarantined": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","note":%s.%se15}' % (pan[0], pan[1:]), False),
+    # invisible format characters between the groups (soft hyphen, zero-width space, BOM): the number
+    # displays unbroken; literal in the line and as JSON escapes, grouped 4-4-4-4 and 4-12
+    "soft-hyphens": (lambda pan: json.dumps(_ecs("TXN-SH1", decision="\u00ad".join(
+        (pan[:4], pan[4:8], pan[8:12], pan[12:]))), ensure_ascii=False), True),
+    "soft-hyphens-escaped": (lambda pan: json.dumps(_ecs("TXN-SH2", decision="\u00ad".join(
+        (pan[:4], pan[4:8], pan[8:12], pan[12:])))), True),
+    "zero-width-4-12": (lambda pan: json.dumps(_ecs("TXN-ZW1", note=pan[:4] + "\u200b" + pan[4:]), ensure_ascii=False), True),
+    "zero-width-4-12-escaped": (lambda pan: json.dumps(_ecs("TXN-ZW2", note=pan[:4] + "\u200b" + pan[4:])), True),
+    "bom-escaped-4-12": (lambda pan: json.dumps(_ecs("TXN-BM1", note=pan[:4] + "\ufeff" + pan[4:])), True),
+    "space-escaped-4-12": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","transaction.id":"TXN-SP1","note":"%s\\u0020%s"}'
+                           % (pan[:4], pan[4:]), True),
     # no transaction id: quarantined, its text and hash stored
     "quarantined": (lambda pan: '{"@timestamp":"2026-11-30T08:46:18Z","note":"\\u%04x%s"}' % (ord(pan[0]), pan[1:]), False),
 }
@@ -145,7 +156,7 @@ def test_no_stored_hash_recovers_a_pan_however_it_is_written(sessions, engine, d
         if line[:1].isdigit():  # CRI lines: the application line is the chunks' contents joined
             line = "".join(part.split(" ", 3)[3] for part in line.split("\n"))
         decoded = json.dumps(json.loads(line, parse_float=lambda f: str(int(float(f)))), ensure_ascii=False).translate(_DIGITS)
-        assert PAN in re.sub(r"[ \xa0-]", "", decoded.split("card")[-1]), name  # it decodes to the PAN
+        assert PAN in re.sub("[ \xa0\u00ad\u200b\ufeff-]", "", decoded.split("card")[-1]), name  # it decodes to the PAN
     path = tmp_path / "var/log/app.log"
     path.parent.mkdir(parents=True)
     path.write_text("\n".join(lines.values()) + "\n", encoding="utf-8")

@@ -4,7 +4,9 @@ A PAN candidate is a run of 13-19 decimal digits that passes the Luhn check (ISO
 annex B), written in one of these ways:
 
 - grouped in any way by single separators — space, dash, tab, no-break / narrow / figure / thin
-  space (``4111 1111 1111 1111``, ``3782 822463 10005``, ``4012\t8888\t8888\t1881``);
+  space, an invisible format character (soft hyphen, zero-width space / joiners, word joiner, byte
+  order mark), each also as its JSON escape (``4111 1111 1111 1111``, ``3782 822463 10005``,
+  ``4012\t8888\t8888\t1881``, ``4111\u00ad1111…``);
 - in groups of 3 to 6 digits (how card numbers are printed: 4-4-4-4, 4-6-5, 4-4-4-4-3) separated
   by runs of up to three separator units, a unit being one of the characters above, a newline,
   CR, slash or underscore, or the JSON escape of one (``\n``, ``\t``, ``\r``, ``\/``,
@@ -48,13 +50,19 @@ PAN_MAX_DIGITS = 19
 # grouping. A dot is not among them: it would turn every epoch timestamp with a fraction
 # (1795987769.834784) into a candidate; dotted card numbers are matched only in their 4-digit
 # grouping (_DOTTED).
-_SINGLE_SEPARATORS = " -\t\u00a0\u2007\u2009\u202f"
+# Invisible format characters (Unicode category Cf: soft hyphen, zero-width space / non-joiner /
+# joiner, directional marks, word joiner and invisible operators, byte order mark) count as
+# separators too: a PAN written 4111<U+00AD>1111<U+00AD>… displays as an unbroken number and was
+# stored whole (newcomer re-check).
+_INVISIBLE_SEPARATORS = "\u00ad\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064\ufeff"
+_SINGLE_SEPARATORS = " -\t\u00a0\u2007\u2009\u202f" + _INVISIBLE_SEPARATORS
 _SEP = _SINGLE_SEPARATORS.replace("-", "\\-")  # for a character class
 # Characters that also separate groups, in runs and next to groups of 3-6 digits only.
 _SEP_CHARS = _SEP + "\n\r/_"
 # One separator unit: a character, or its JSON escape with any number of backslashes (short
 # escapes \n \t \r \/, or \uXXXX for space, dash, slash, underscore, tab, LF, CR, the no-break spaces).
-_SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntr/]|u(?:00(?:20|2[dDfF]|5[fF]|0[9aAdD]|[aA]0)|200[79]|202[fF])))")
+_SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntr/]|u(?:00(?:20|2[dDfF]|5[fF]|0[9aAdD]|[aA]0|[aA][dD])|200[79bBcCdDeEfF]|202[fF]|206[0-4]"
+             r"|[fF][eE][fF][fF])))")
 _SEP_RUN = re.compile(f"{_SEP_UNIT}+")
 # Digits and separators at the end of a text: what may be the first part of a PAN cut off there.
 TRAILING_DIGIT_RUN = re.compile(rf"(?:\d|{_SEP_UNIT})+$")
@@ -93,7 +101,8 @@ _MAYBE = re.compile(rf"\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12}}")
 _DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _THIRTEEN_ONES = b"1" * 13
 _DOTTED_GROUPS = b"1111.1111.1111"  # what every _DOTTED match looks like after _DIGITS_TO_ONES
-_SEP_BYTES = b" -\t\n\r/_\\" + bytes(sorted({b for ch in "\u00a0\u2007\u2009\u202f" for b in ch.encode("utf-8")}))
+_SEP_BYTES = b" -\t\n\r/_\\" + bytes(sorted({b for ch in _SINGLE_SEPARATORS if not ch.isascii()
+                                                               for b in ch.encode("utf-8")}))
 _SEP_AND_ESCAPE_BYTES = _SEP_BYTES + b"ntr"  # the escapes \n \t \r \/ lose both bytes
 
 
@@ -246,6 +255,20 @@ def _is_pan_with_expiry(run: str) -> bool:
     return (_is_expiry_yymm(expiry) or "01" <= expiry[:2] <= "12") and luhn_ok(run[:-4])
 
 
+_ESCAPED_SEPARATOR = re.compile(r"\\+(?:u([0-9a-fA-F]{4})|t)")
+
+
+def _single_separator(sep: str) -> bool:
+    """Whether ``sep`` (a separator run of ``_mask_run``) is one single separator, written as itself
+    or as its JSON escape with any number of backslashes (``\\u0020``, ``\\u00ad``, ``\\t``): a
+    raw line spells the same PAN as the value it decodes to, so both must be found (its hash is
+    stored: a PAN grouped 4-12 around an escaped space was hashed in clear)."""
+    if len(sep) == 1:
+        return sep in _SINGLE_SEPARATORS
+    m = _ESCAPED_SEPARATOR.fullmatch(sep)
+    return m is not None and (m.group(1) is None or chr(int(m.group(1), 16)) in _SINGLE_SEPARATORS)
+
+
 def _is_pan(groups: list[str], single: list[bool]) -> bool:
     """True when the digit ``groups`` joined are a PAN in an accepted spelling (module docstring):
     ``single[k]`` says whether the separator after ``groups[k]`` was one single separator."""
@@ -268,7 +291,7 @@ def _mask_run(run: str) -> tuple[str, int]:
     # keeping the separators between the groups left.
     tokens = _SEP_RUN.split(run)
     seps = _SEP_RUN.findall(run)
-    single = [len(sep) == 1 and sep in _SINGLE_SEPARATORS for sep in seps]
+    single = [_single_separator(sep) for sep in seps]
     out: list[str] = []
     count = 0
     i = 0
