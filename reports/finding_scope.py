@@ -23,7 +23,8 @@ open when evaluated ends later in a later evaluation). So is the same decision s
 bundle revisions (the demo's bank bundle and the shipped one both find the cross-tenant incident):
 one finding, shown with every revision that found it (``bundles``; ``bundle_revision`` and
 ``bundle_digest`` list them joined by ``BUNDLE_SEPARATOR``, oldest first), its text from the
-latest evaluation. Counting it once per bundle made one incident two "high" findings.
+latest evaluation. Counting it once per bundle made one incident two "high" findings. And so is
+one incident stored from several starts by evaluation windows that began inside it (``_incidents``).
 """
 
 from __future__ import annotations
@@ -170,6 +171,39 @@ def scoped_evaluations(session: Session, scope: Scope) -> list[dict[str, Any]]:
              "evaluated_at": r.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "findings": r.findings} for r in rows]
 
 
+def _incidents(latest: dict[str, Finding]) -> list[tuple[Finding, int | None, int | None, list[str]]]:
+    """One incident per rule, cluster and subjects over overlapping or touching intervals:
+    ``(row shown, from_ns, to_ns, decision keys merged)``, in ``latest``'s order of first key.
+
+    Why: an evaluation window that starts inside an incident stores it from the window's start
+    (facts are clipped to the period), so two windows starting at different instants store one
+    incident under two starts, two decision keys. The row shown is the latest evaluated of the
+    merged ones (its severity and text: messages name no times but the gap's and idle stretch's
+    own, which carry their own extent and so merge into one interval); ``to_ns`` None (open) wins.
+    A finding without an interval (``from_ns`` None: about the whole period) is never merged."""
+    groups: dict[str, list[tuple[str, Finding]]] = {}
+    for key, row in latest.items():
+        subject = key if row.from_ns is None else finding_identity(row.rule, row.cluster, row.subjects, None, ANY_BUNDLE)
+        groups.setdefault(subject, []).append((key, row))
+    out: list[tuple[Finding, int | None, int | None, list[str]]] = []
+    for members in groups.values():
+        members.sort(key=lambda kr: kr[1].from_ns or 0)
+        current: list | None = None
+        for key, row in members:
+            touches = current is not None and row.from_ns is not None and (current[2] is None or row.from_ns <= current[2])
+            if not touches:
+                if current is not None:
+                    out.append(tuple(current))
+                current = [row, row.from_ns, row.to_ns, [key]]
+                continue
+            current[2] = None if current[2] is None or row.to_ns is None else max(current[2], row.to_ns)
+            current[3].append(key)
+            if (row.evaluated_at, row.id) > (current[0].evaluated_at, current[0].id):
+                current[0] = row
+        out.append(tuple(current))
+    return out
+
+
 def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     """Policy findings whose interval (or evaluation period) overlaps the period and that are in
     the scope by the module's rules, one per decision (the latest evaluation of its identity).
@@ -215,16 +249,23 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
             seen[1:] = [row.evaluated_at, row.engine]
     out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
     out.excluded = {rule: len(keys) for rule, keys in excluded.items()}
-    for key, row in latest.items():
+    for row, from_ns, to_ns, keys in _incidents(latest):
+        by_bundle: dict[tuple[str, str], list] = {}
+        for key in keys:
+            for bundle, (first, last, engine) in found_by[key].items():
+                held = by_bundle.setdefault(bundle, [first, last, engine])
+                held[0] = min(held[0], first)
+                if last >= held[1]:
+                    held[1:] = [last, engine]
         bundles = [{"revision": rev, "digest": digest, "engine": engine,
                     "evaluated_at": last.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
                    for (rev, digest), (_first, last, engine) in
-                   sorted(found_by[key].items(), key=lambda kv: (kv[1][0], kv[0]))]
+                   sorted(by_bundle.items(), key=lambda kv: (kv[1][0], kv[0]))]
         out.findings.append({
             "rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
             "cluster": row.cluster, "physical_gpu_uuid": row.physical_gpu_uuid,
-            "from": ns_to_rfc3339(row.from_ns), "to": ns_to_rfc3339(row.to_ns), "from_ns": row.from_ns,
-            "to_ns": row.to_ns, "subjects": row.subjects, "evidence": row.evidence,
+            "from": ns_to_rfc3339(from_ns), "to": ns_to_rfc3339(to_ns), "from_ns": from_ns,
+            "to_ns": to_ns, "subjects": row.subjects, "evidence": row.evidence,
             "bundle_revision": BUNDLE_SEPARATOR.join(b["revision"] for b in bundles),
             "bundle_digest": BUNDLE_SEPARATOR.join(b["digest"] for b in bundles), "bundles": bundles,
             "decided_by": {"revision": row.bundle_revision, "digest": row.bundle_digest}, "engine": row.engine,

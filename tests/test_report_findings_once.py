@@ -65,3 +65,18 @@ def test_one_incident_found_by_two_bundle_revisions_is_one_finding_naming_both(s
     assert {b["revision"] for b in manifest["policy_bundles"]} >= {BANK[0], SHIPPED[0]}
     highs = sum(1 for f in records(pack.path / "data/findings.json") if f["severity"] == "high")
     assert f"high {highs}" in html and highs == 3  # fill_store's own sharing finding, this one, the unapproved class
+
+
+def test_one_incident_stored_from_two_window_starts_is_one_finding_over_its_whole_interval(sessions, tmp_path, bundle):
+    # windows starting inside the incident clip its start: stored from 3 h (first window), from 3.5 h and
+    # from 5 h (later windows, the last one still open); a separate incident of the same subjects at 10 h
+    fill_store(sessions)
+    with sessions.begin() as s:
+        _store(s, SHIPPED, 25, frm=3, to=4)
+        _store(s, SHIPPED, 25.5, frm=3.5, to=5)
+        _store(s, SHIPPED, 26, frm=5, to=6)
+        _store(s, SHIPPED, 26.5, frm=10, to=11)
+    pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,)), tmp_path / "p", policy_bundle=bundle,
+                       pdf=False, record=False)
+    sharing = [f for f in records(pack.path / "data/findings.json") if f["rule"] == "isolation/cross-tenant-sharing"]
+    assert [(f["from_ns"], f["to_ns"]) for f in sharing] == [(ns(3), ns(6)), (ns(10), ns(11))]
