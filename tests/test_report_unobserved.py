@@ -60,3 +60,26 @@ def test_a_partly_observed_period_qualifies_its_negative_statements(sessions, tm
     assert ("No two tenants held the same physical GPU at the same time. This holds only while the collector "
             "observed: ") in sharing
     assert "was synced for 20.0 % of the period; for the rest no statement is possible (section 2)" in sharing
+
+
+def test_the_cover_states_no_absence_of_violations_for_an_unobserved_period_with_warnings(sessions, tmp_path, bundle):
+    # newcomer re-check: a period after the stop, with only the collector-not-running findings, read
+    # "Policy findings: no violation; 4 warning(s)" on the cover
+    from sqlalchemy import insert
+
+    from collector.store.models import Finding
+    from tests.test_report import at, ns
+
+    fill_store(sessions)
+    stop_collector(sessions, 20)
+    with sessions.begin() as s:
+        s.execute(insert(Finding).values(
+            finding_key="f" * 64, cluster=CLUSTER, rule="coverage/observation-gap", severity="medium", kind="warning",
+            message="collector not running", subjects={"kind": "ResourceClaim"}, evidence=None, physical_gpu_uuid=None,
+            from_ns=ns(24), to_ns=ns(30), period_from_ns=ns(24), period_to_ns=ns(30), bundle_revision="r",
+            bundle_digest="d" * 64, engine="regorus", evaluated_at=at(31)))
+    html = _pack(sessions, tmp_path, bundle, "after", PERIOD_TO, PERIOD_TO + timedelta(hours=6), (CLUSTER,))
+    cover = _text(html.split('<nav class="toc">')[0])
+    assert "no violation;" not in cover
+    assert "no violation stated: nothing of the allocations was observed in the period" in cover
+    assert "1 warning(s)/observation(s)" in cover
