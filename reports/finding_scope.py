@@ -17,7 +17,7 @@ bundle names them (``claims`` as ``namespace/name``, ``namespaces``, ``tenants``
   naming no namespace (an observation gap, an attribution ratio, a device) concerns the whole
   cluster and is kept (counted as ``cluster_wide``).
 
-The same decision evaluated several times is kept once: the latest evaluation of its identity
+The same decision evaluated several times is kept once: the evaluation of its identity that states its latest end
 (``collector.policy.findings.finding_identity``: rule, cluster, subjects, start; an interval still
 open when evaluated ends later in a later evaluation). So is the same decision stated by several
 bundle revisions (the demo's bank bundle and the shipped one both find the cross-tenant incident):
@@ -171,18 +171,24 @@ def scoped_evaluations(session: Session, scope: Scope) -> list[dict[str, Any]]:
              "evaluated_at": r.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "findings": r.findings} for r in rows]
 
 
-def _incidents(latest: dict[str, Finding]) -> list[tuple[Finding, int | None, int | None, list[str]]]:
+def _end_key(to_ns: int | None) -> float:
+    return float("inf") if to_ns is None else to_ns
+
+
+def _incidents(widest: dict[str, Finding]) -> list[tuple[Finding, int | None, int | None, list[str]]]:
     """One incident per rule, cluster and subjects over overlapping or touching intervals:
-    ``(row shown, from_ns, to_ns, decision keys merged)``, in ``latest``'s order of first key.
+    ``(row shown, from_ns, to_ns, decision keys merged)``, in ``widest``'s order of first key.
 
     Why: an evaluation window that starts inside an incident stores it from the window's start
     (facts are clipped to the period), so two windows starting at different instants store one
-    incident under two starts, two decision keys. The row shown is the latest evaluated of the
-    merged ones (its severity and text: messages name no times but the gap's and idle stretch's
-    own, which carry their own extent and so merge into one interval); ``to_ns`` None (open) wins.
-    A finding without an interval (``from_ns`` None: about the whole period) is never merged."""
+    incident under two starts, two decision keys. The row shown is the one stating the incident's
+    end (its severity and text: messages name no times but the gap's and idle stretch's own, which
+    then match the interval shown); ``to_ns`` None (open) is the latest end.
+    A finding without an interval (``from_ns`` None: about the whole period) is never merged.
+    ``widest``: per decision key, the evaluation that stated the latest end (a window that ended
+    earlier states less of a gap that went on, not that it stopped; its text measures its own end)."""
     groups: dict[str, list[tuple[str, Finding]]] = {}
-    for key, row in latest.items():
+    for key, row in widest.items():
         subject = key if row.from_ns is None else finding_identity(row.rule, row.cluster, row.subjects, None, ANY_BUNDLE)
         groups.setdefault(subject, []).append((key, row))
     out: list[tuple[Finding, int | None, int | None, list[str]]] = []
@@ -196,17 +202,16 @@ def _incidents(latest: dict[str, Finding]) -> list[tuple[Finding, int | None, in
                     out.append(tuple(current))
                 current = [row, row.from_ns, row.to_ns, [key]]
                 continue
-            current[2] = None if current[2] is None or row.to_ns is None else max(current[2], row.to_ns)
+            if _end_key(row.to_ns) >= _end_key(current[2]):  # the row that states the incident's end is shown
+                current[0], current[2] = row, row.to_ns
             current[3].append(key)
-            if (row.evaluated_at, row.id) > (current[0].evaluated_at, current[0].id):
-                current[0] = row
         out.append(tuple(current))
     return out
 
 
 def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     """Policy findings whose interval (or evaluation period) overlaps the period and that are in
-    the scope by the module's rules, one per decision (the latest evaluation of its identity).
+    the scope by the module's rules, one per incident (``_incidents``: the evaluation stating its latest end).
     Findings are few (decisions, not rows): held in memory. Counts in the result are of decisions
     (identities), not of stored evaluations."""
     f = Finding
@@ -214,12 +219,12 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     where = [start < scope.to_ns, end > scope.from_ns]
     if scope.clusters:
         where.append(or_(f.cluster.in_(scope.clusters), f.cluster.is_(None)))
-    # ascending recency (as collector.policy.findings.latest_per_identity): the last row of an identity wins
+    # ascending recency (as collector.policy.findings.latest_per_identity): of equal ends the later row wins
     rows = list(session.execute(select(f).where(*where).order_by(f.evaluated_at, func.coalesce(f.to_ns, -1), f.id))
                 .scalars())
     index = _EvidenceIndex(session, rows)
     out = ScopedFindings([])
-    latest: dict[str, Finding] = {}
+    widest: dict[str, Finding] = {}  # per decision, the evaluation stating the latest end (windows differ)
     wide: set[str] = set()
     outside: set[str] = set()
     excluded: dict[str, set[str]] = {}
@@ -242,14 +247,15 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
                 continue
             if not named:
                 wide.add(key)
-        latest[key] = row
+        if key not in widest or _end_key(row.to_ns) >= _end_key(widest[key].to_ns):  # ascending recency: ties go to the later
+            widest[key] = row
         seen = found_by.setdefault(key, {}).setdefault((row.bundle_revision, row.bundle_digest),
                                                        [row.evaluated_at, row.evaluated_at, row.engine])
         if row.evaluated_at >= seen[1]:  # rows come in ascending recency: the last is the latest
             seen[1:] = [row.evaluated_at, row.engine]
     out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
     out.excluded = {rule: len(keys) for rule, keys in excluded.items()}
-    for row, from_ns, to_ns, keys in _incidents(latest):
+    for row, from_ns, to_ns, keys in _incidents(widest):
         by_bundle: dict[tuple[str, str], list] = {}
         for key in keys:
             for bundle, (first, last, engine) in found_by[key].items():

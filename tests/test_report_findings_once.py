@@ -80,3 +80,18 @@ def test_one_incident_stored_from_two_window_starts_is_one_finding_over_its_whol
                        pdf=False, record=False)
     sharing = [f for f in records(pack.path / "data/findings.json") if f["rule"] == "isolation/cross-tenant-sharing"]
     assert [(f["from_ns"], f["to_ns"]) for f in sharing] == [(ns(3), ns(6)), (ns(10), ns(11))]
+
+
+def test_a_gap_evaluated_by_windows_ending_at_different_times_keeps_the_latest_end_stated(sessions, tmp_path, bundle):
+    # newcomer re-check: three evaluations of one gap from the same start, the last evaluated stating
+    # the shortest end (its window ended first); the pack showed that shortest one
+    fill_store(sessions)
+    gap = {"kind": "ResourceClaim"}
+    with sessions.begin() as s:
+        _store(s, SHIPPED, 25, rule="coverage/observation-gap", subjects=gap, frm=12, to=16, severity="medium")
+        _store(s, SHIPPED, 25.5, rule="coverage/observation-gap", subjects=gap, frm=12, to=18, severity="medium")
+        _store(s, SHIPPED, 26, rule="coverage/observation-gap", subjects=gap, frm=12, to=14, severity="medium")
+    pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,)), tmp_path / "p", policy_bundle=bundle,
+                       pdf=False, record=False)
+    gaps = [f for f in records(pack.path / "data/findings.json") if f["rule"] == "coverage/observation-gap"]
+    assert [(f["from_ns"], f["to_ns"]) for f in gaps] == [(ns(12), ns(18))]
