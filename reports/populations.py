@@ -39,7 +39,6 @@ import queue
 import re
 import sqlite3
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -50,7 +49,6 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, case, delete, func, insert,
                         literal, literal_column, or_, select, text)
 from sqlalchemy.orm import Session, aliased
-from sqlalchemy.schema import CreateIndex, CreateTable
 
 from collector.kube.normalize import device_capacity_bytes
 from collector.store.models import (
@@ -363,13 +361,11 @@ def _lineage_text_inner(scope: Scope, co_tenancy: bool, record_ids: Sequence[int
     return inner.subquery("t")
 
 
-def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
-    """The transaction-lineage population rendered as text by PostgreSQL, in the population's order.
-
-    Returns ``(csv, json)`` statements for ``COPY ... TO STDOUT``: ``csv`` selects the fields (COPY's
-    own CSV output quotes them: ``reports.sqltext.copy_csv_value``) and ``json`` the fields that COPY
-    under ``JSON_COPY_OPTIONS`` writes as the row's JSON array (a ``data`` row of the split table:
-    ``reports.sqltext.copy_json_options``). SQLite renders both in one statement (``_sqlite_both_stmt``).
+def lineage_text_stmt(scope: Scope, dialect: str, co_tenancy: bool = False):
+    """The transaction-lineage population rendered as text by PostgreSQL, in the population's order:
+    the statement for ``COPY ... TO STDOUT WITH (JSON_COPY_OPTIONS)``, whose output rows are, once
+    bracketed, the rows' JSON arrays (``reports.sqltext.copy_json_value``, ``json_rows_from_copy``) and
+    give their CSV lines too (``csv_rows_from_copy``). SQLite renders both in one statement (``_sqlite_both_stmt``).
 
     Raises:
         ValueError: ``dialect`` is not ``postgresql``.
@@ -377,67 +373,61 @@ def lineage_text_stmts(scope: Scope, dialect: str, co_tenancy: bool = False):
     if dialect != "postgresql":
         raise ValueError(f"COPY statements are PostgreSQL's, not {dialect!r}'s")
     inner = _lineage_text_inner(scope, co_tenancy)
-    spec = _lineage_text_spec()
-    order = (inner.c.event_time_ns, inner.c.record_id)
-    fields = [literal_column(sqltext.copy_csv_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
-    json_fields = [literal_column(sqltext.copy_json_value(expr, kind, dialect)).label(name) for name, expr, kind in spec]
-    return (select(*fields).select_from(inner).order_by(*order),
-            select(*json_fields).select_from(inner).order_by(*order))
+    fields = [literal_column(sqltext.copy_json_value(expr, kind, dialect)).label(name)
+              for name, expr, kind in _lineage_text_spec()]
+    return select(*fields).select_from(inner).order_by(inner.c.event_time_ns, inner.c.record_id)
 
 
-def _sqlite_both_stmt(scope: Scope, co_tenancy: bool):
-    """SQLite, one pass: (plain CSV line, record id, JSON array) per row, in the population's order:
-    the CSV line with no field quoted (``reports.sqltext.csv_plain_line_sql``; lines that fail
-    ``csv_plain_ok`` are re-rendered by ``requoted_csv_lines``)."""
+def _sqlite_json_stmt(scope: Scope, co_tenancy: bool):
+    """SQLite, one pass: the JSON array of each row (``reports.sqltext.json_array_sql``), in the
+    population's order; the CSV lines are derived from them (``csv_rows_from_json``)."""
     inner = _lineage_text_inner(scope, co_tenancy)
-    spec = _lineage_text_spec()
-    return (select(literal_column(sqltext.csv_plain_line_sql(spec, "sqlite")), inner.c.record_id,
-                   literal_column(sqltext.json_array_sql(spec, "sqlite")))
+    return (select(literal_column(sqltext.json_array_sql(_lineage_text_spec(), "sqlite")))
             .select_from(inner).order_by(inner.c.event_time_ns, inner.c.record_id))
 
 
-_PLAIN_SEPARATORS = len(LINEAGE_COLUMNS) - 1
+_SEPARATORS = len(LINEAGE_COLUMNS) - 1
 
 
-def csv_plain_ok(text: bytes, lines: int, separators: int = _PLAIN_SEPARATORS) -> bool:
-    """Whether ``text``, ``lines`` unquoted CSV lines each ended by LF with ``separators + 1`` fields,
-    is also their quoted form: no field holds ``,`` (the commas are exactly the separators), LF
-    (the line feeds are exactly the line ends), ``"`` or CR (RFC 4180 §2, as ``csv_field``)."""
-    return (text.count(b",") == lines * separators and text.count(b"\n") == lines
-            and b'"' not in text and b"\r" not in text)
+def csv_rows_from_copy(chunk: bytes, rows: int, json_rows: bytes, separators: int = _SEPARATORS) -> bytes:
+    """The CSV lines (each ended by LF; fields as ``csv_line``) of ``rows`` whole rows of ``COPY``
+    output under ``JSON_COPY_OPTIONS`` (``chunk``), whose JSON arrays ``json_rows`` are
+    (``reports.sqltext.json_rows_from_copy``): one COPY renders both files.
+
+    Why it is exact: in that output every text and time value is quoted, a quote or backslash
+    inside a value is escaped by a backslash, NULL is the unquoted field ``null``, and integers and
+    booleans are written as in CSV. In a chunk with no backslash, no CR, exactly one LF per row and
+    ``separators`` commas per row, no value holds ``"``, ``\\``, CR, LF or ``,``: its CSV is the
+    chunk with the ``null`` fields emptied and the quotes removed (``""``, the empty string, becomes
+    the empty field, as ``csv_field`` writes it). Any other chunk — values that need quoting are rare
+    in transaction data — is re-read from its JSON arrays and written by ``csv_line``.
+    """
+    if (b"\\" not in chunk and b"\r" not in chunk and chunk.count(b"\n") == rows
+            and chunk.count(b",") == rows * separators):
+        # An unquoted field is an integer, true, false or null: ``,null`` is always a null field
+        # (not the first of its row), ``\nnull`` the first field of the next row.
+        text = chunk.replace(b",null", b",").replace(b"\nnull", b"\n").translate(None, b'"')
+        return text[4:] if chunk.startswith(b"null") else text
+    return b"".join([csv_line(json.loads(line.rstrip(b","))).encode() + b"\n" for line in json_rows.split(b"\n")])
 
 
-def requoted_csv_lines(raw, dialect, scope: Scope, co_tenancy: bool, record_ids: Sequence[int]) -> dict[int, Any]:
-    """Record id → quoted CSV line (``reports.sqltext.csv_line_sql``) of those transactions (SQLite;
-    text as the connection's ``text_factory`` gives it: UTF-8 bytes while the lineage is written).
+def csv_rows_from_json(arrays: Sequence[bytes], separators: int = _SEPARATORS) -> tuple[bytes, bytes]:
+    """``(csv, json)`` of rows given as their JSON arrays (compact, ``json_array_sql``): the CSV lines
+    (``csv_rows_from_copy``) and the arrays as the next ``data`` lines of a split table (``,`` + LF
+    between them).
 
-    For the rare lines whose values need quoting; runs on ``raw`` (the same connection and
-    snapshot as the stream), 500 ids per query (SQLite's bound-parameter limit)."""
-    spec = _lineage_text_spec()
-    out: dict[int, Any] = {}
-    for k in range(0, len(record_ids), 500):
-        inner = _lineage_text_inner(scope, co_tenancy, record_ids[k:k + 500])
-        stmt = select(inner.c.record_id, literal_column(sqltext.csv_line_sql(spec, "sqlite"))).select_from(inner)
-        compiled = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
-        params = compiled.construct_params()
-        cursor = raw.cursor()
-        try:
-            cursor.execute(compiled.string, tuple(params[p] for p in compiled.positiontup))
-            out.update(cursor.fetchall())
-        finally:
-            cursor.close()
-    return out
-
-
-def _csv_batch(rows: Sequence[tuple], requote: Callable[[list[int]], dict[int, bytes]]) -> bytes:
-    """The CSV text (lines ended by LF) of a batch of ``(plain line, record id, ...)`` rows: the
-    plain lines joined, or, when some need quoting, those lines replaced by ``requote(ids)``."""
-    text = b"\n".join([r[0] for r in rows]) + b"\n"
-    if csv_plain_ok(text, len(rows)):
-        return text
-    dirty = [r[1] for r in rows if not csv_plain_ok(r[0] + b"\n", 1)]
-    fixed = requote(dirty)
-    return b"\n".join([fixed.get(r[1], r[0]) for r in rows]) + b"\n"
+    Why it is exact: a JSON array ``[...]`` without its brackets is the row as COPY writes it under
+    ``JSON_COPY_OPTIONS`` whenever it holds no backslash (no value holds ``"``, ``\\`` or a control
+    character, which JSON escapes), the only chunks ``csv_rows_from_copy`` converts as text; the
+    others it re-reads from the arrays.
+    """
+    if not arrays:
+        return b"", b""
+    lines = b"\n".join(arrays)
+    # "]\n[" is only ever between two arrays: a line feed inside a JSON string is escaped.
+    chunk = lines[1:-1].replace(b"]\n[", b"\n") + b"\n"
+    json_rows = lines.replace(b"]\n[", b"],\n[")
+    return csv_rows_from_copy(chunk, len(arrays), json_rows, separators), json_rows
 
 
 def _compiled(conn, stmt) -> tuple[str, Any]:
@@ -456,14 +446,13 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json`` (the JSON a
     split table, as every population), hashing as it writes.
 
-    The rows are rendered to text by the database. PostgreSQL: two ``COPY (SELECT ...) TO STDOUT``
-    (``lineage_text_stmts``), the CSV on the session's connection, so it sees the same snapshot as
-    the rest of the pack, the JSON on a second connection reading that same snapshot
-    (``_snapshot_twin``), in a thread, so the server renders the two files on two cores; where the
-    same snapshot cannot be guaranteed, both on the session's connection, one after the other.
-    SQLite: one query giving both texts per row (``_sqlite_both_stmt``), fetched ``batch_rows`` at a
-    time. Memory is bounded by a few batches per file. The files are byte-identical across the two
-    backends for the same rows.
+    The rows are rendered to text by the database, once for both files. PostgreSQL: one ``COPY
+    (SELECT ...) TO STDOUT`` (``lineage_text_stmt``) on the session's connection (the pack's
+    snapshot), read a few chunks ahead on a thread (``_read_ahead``) so the server renders while the
+    chunks become the JSON (``reports.sqltext.json_rows_from_copy``) and CSV (``csv_rows_from_copy``)
+    text. SQLite: one query giving each row's JSON array (``_sqlite_json_stmt``), the CSV derived
+    from them (``csv_rows_from_json``). Fetched ``batch_rows`` at a time: memory is bounded by a few
+    batches per file. The files are byte-identical across the two backends for the same rows.
 
     ``co_tenancy`` (the pack's sharing intervals per namespace) is loaded into a temporary table
     on each connection for the ``co_tenant_namespaces`` column and dropped afterwards; without it
@@ -473,11 +462,12 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
         ``WrittenPopulation`` (row count, and the two files' sizes and SHA-256).
 
     Raises:
-        RuntimeError: the CSV and JSON passes returned different row counts (a bug: same snapshot).
+        sqlalchemy.exc.DBAPIError / psycopg.Error: the database failed the query or COPY.
+        OSError: writing a file failed.
     """
     conn = session.connection()
     if not co_tenancy:
-        return _write_lineage(conn, scope, directory, batch_rows, ())
+        return _write_lineage(conn, scope, directory, batch_rows, False)
     # SQLite runs the CREATE outside the session's transaction and rolls the DROP back with it: a
     # pooled connection may still hold the (then empty) table, hence checkfirst and the DELETE.
     CO_TENANCY.create(conn, checkfirst=True)
@@ -486,44 +476,27 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
         conn.execute(insert(CO_TENANCY), [vars(c) for c in co_tenancy])
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"ANALYZE {CO_TENANCY.name}"))  # row estimates for the join plan
-        return _write_lineage(conn, scope, directory, batch_rows, co_tenancy)
+        return _write_lineage(conn, scope, directory, batch_rows, True)
     finally:
         CO_TENANCY.drop(conn, checkfirst=True)
 
 
-def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int,
-                   co_rows: Sequence[CoTenancy]) -> "WrittenPopulation":
-    dialect, co_tenancy = conn.dialect.name, bool(co_rows)
+def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_tenancy: bool) -> "WrittenPopulation":
+    dialect = conn.dialect.name
     raw = conn.connection.driver_connection
     name = "transaction_lineage"
-
-    def requote(ids: list[int]) -> dict[int, bytes]:
-        return requoted_csv_lines(raw, conn.dialect, scope, co_tenancy, ids)
 
     with TextSink(directory / f"{name}.csv", csv_line(LINEAGE_COLUMNS) + "\n", background=True) as csv_out, \
             TextSink(directory / f"{name}.json", json_split_head(LINEAGE_COLUMNS), background=True) as json_out:
         if dialect == "sqlite":
-            # One query, one thread: a second thread reading the JSON on its own connection used 1.8x the
-            # CPU (28.8 against 16.1 s at 1 M rows: the two fetch loops fight for the GIL, which sqlite3
-            # releases and takes back for every row) for at most the same wall time on 2 cores.
+            # One query on this thread: a second thread reading on its own connection cost 1.8x the CPU
+            # (the fetch loops fight for the GIL, which sqlite3 releases and takes back for every row).
             with _utf8_bytes(raw):
-                count = json_count = _fetch_both(raw, *_compiled(conn, _sqlite_both_stmt(scope, co_tenancy)),
-                                                 csv_out, json_out, batch_rows, requote)
+                count = _fetch_both(raw, *_compiled(conn, _sqlite_json_stmt(scope, co_tenancy)),
+                                    csv_out, json_out, batch_rows)
         else:
-            csv_stmt, json_stmt = lineage_text_stmts(scope, dialect, co_tenancy)
-            with _snapshot_twin(conn, co_rows) as twin:
-                if twin is not None:
-                    def csv_job() -> int:
-                        return _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
-
-                    def json_job() -> int:
-                        return _copy_json(twin, *_compiled(conn, json_stmt), json_out, batch_rows)
-                    count, json_count = _in_parallel(csv_job, json_job, twin)
-                else:
-                    count = _copy_csv(raw, *_compiled(conn, csv_stmt), csv_out, batch_rows)
-                    json_count = _copy_json(raw, *_compiled(conn, json_stmt), json_out, batch_rows)
-        if json_count != count:
-            raise RuntimeError(f"transaction lineage: {count} CSV rows but {json_count} JSON rows in one snapshot")
+            count = _copy_both(raw, *_compiled(conn, lineage_text_stmt(scope, dialect, co_tenancy)),
+                               csv_out, json_out, batch_rows)
         json_out.write(json_split_tail(count))
     return WrittenPopulation(name, count, (csv_out.digest(f"data/{name}.csv"), json_out.digest(f"data/{name}.json")))
 
@@ -540,19 +513,6 @@ def _utf8_bytes(raw: sqlite3.Connection) -> Iterator[None]:
         raw.text_factory = before
 
 
-def _in_parallel(csv_job: Callable[[], int], json_job: Callable[[], int], twin) -> tuple[int, int]:
-    """Run ``json_job`` in a thread while ``csv_job`` runs here; both results. If ``csv_job`` fails,
-    the twin connection's statement is cancelled so the thread ends soon, then the error is raised."""
-    with ThreadPoolExecutor(1, thread_name_prefix="pack-lineage-json") as pool:
-        future = pool.submit(json_job)
-        try:
-            count = csv_job()
-        except BaseException:
-            _cancel(twin)
-            raise
-        return count, future.result()
-
-
 def _cancel(raw) -> None:
     """Ask the database to stop ``raw``'s running statement (sqlite3 ``interrupt``, psycopg ``cancel``)."""
     stop = getattr(raw, "interrupt", None) or getattr(raw, "cancel_safe", None) or getattr(raw, "cancel", None)
@@ -561,66 +521,6 @@ def _cancel(raw) -> None:
             stop()
         except Exception:  # noqa: BLE001 - best effort: the original error matters
             pass
-
-
-@contextmanager
-def _snapshot_twin(conn, co_rows: Sequence[CoTenancy]) -> Iterator[Any]:
-    """A second DBAPI connection in a transaction that reads exactly ``conn``'s snapshot, with the
-    co-tenancy table loaded when ``co_rows``; None when that cannot be guaranteed.
-
-    PostgreSQL: ``conn`` must be in a REPEATABLE READ (or SERIALIZABLE) transaction, as a pack
-    rendering is; its snapshot is exported (``pg_export_snapshot``) and the twin's REPEATABLE READ
-    transaction adopts it (``SET TRANSACTION SNAPSHOT``). None on SQLite (``write_lineage`` reads both
-    files in one query there). The twin does not see changes ``conn`` has not committed (a pack
-    rendering makes none). The connection goes back to the pool afterwards, its temporary table dropped.
-    """
-    if conn.dialect.name != "postgresql" or not conn.in_transaction() \
-            or conn.get_isolation_level() not in ("REPEATABLE READ", "SERIALIZABLE"):
-        yield None
-        return
-    snapshot = conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
-    fairy = conn.engine.raw_connection()
-    raw = fairy.driver_connection
-    try:
-        yield _pg_twin(raw, conn.dialect, snapshot, co_rows)
-    finally:
-        try:
-            _twin_cleanup(raw)
-        except Exception:  # noqa: BLE001 - e.g. a cancelled COPY left it unusable: discard it, keep the first error
-            fairy.invalidate()
-        fairy.close()
-
-
-def _load_co_tenancy(cursor, dialect, co_rows: Sequence[CoTenancy]) -> None:
-    cursor.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
-    cursor.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
-    for index in CO_TENANCY.indexes:
-        cursor.execute(str(CreateIndex(index).compile(dialect=dialect)))
-    mark = "?" if dialect.name == "sqlite" else "%s"
-    cursor.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) "
-                       f"VALUES ({', '.join([mark] * 5)})", [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others)
-                                                               for c in co_rows])
-
-
-def _pg_twin(raw, dialect, snapshot: str, co_rows: Sequence[CoTenancy]):
-    if not re.fullmatch(r"[0-9A-Fa-f-]+", snapshot):
-        raise RuntimeError(f"unexpected snapshot id {snapshot!r}")
-    raw.rollback()
-    raw.autocommit = True  # explicit BEGIN below: the snapshot must be set by its first statement
-    with raw.cursor() as cursor:
-        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-        if co_rows:  # inside the transaction: rows committed after the adopted snapshot would be invisible
-            _load_co_tenancy(cursor, dialect, co_rows)
-            cursor.execute(f"ANALYZE {CO_TENANCY.name}")
-    return raw
-
-
-def _twin_cleanup(raw) -> None:
-    if raw.info.transaction_status != 0:  # not idle: end the transaction (the temporary table goes with it)
-        raw.execute("ROLLBACK")
-    raw.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
-    raw.autocommit = False
 
 
 def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
@@ -634,17 +534,13 @@ def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
         cursor.close()
 
 
-def _json_batch(rows: list[bytes], first: bool) -> bytes:
-    """JSON row arrays as the next lines of the split table's ``data`` (comma-separated)."""
-    return (b"\n" if first else b",\n") + b",\n".join(rows)
-
-
-def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int,
-                requote: Callable[[list[int]], dict[int, bytes]]) -> int:
+def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int) -> int:
     count = 0
     for rows in _fetched(raw, sql, params, batch_rows):
-        csv_out.write_bytes(_csv_batch(rows, requote))
-        json_out.write_bytes(_json_batch([r[2] for r in rows], count == 0))
+        csv_rows, json_rows = csv_rows_from_json([r[0] for r in rows])
+        json_out.write_bytes(b"\n" if count == 0 else b",\n")
+        json_out.write_bytes(json_rows)
+        csv_out.write_bytes(csv_rows)
         count += len(rows)
     return count
 
@@ -686,19 +582,67 @@ def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterat
                     cursor.execute(f"RESET {setting}")
 
 
-def _copy_csv(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
-    count = 0
-    for chunk, rows in _copy_chunks(raw, sql, params, "FORMAT csv", batch_rows):
-        out.write_bytes(chunk)
-        count += rows
-    return count
+READ_AHEAD_CHUNKS = 4
+_END = object()
 
 
-def _copy_json(raw, sql: str, params, out: "TextSink", batch_rows: int) -> int:
+def _read_ahead(chunks: Iterator[tuple[bytearray, int]], raw, depth: int = READ_AHEAD_CHUNKS) -> Iterator[tuple[bytearray, int]]:
+    """``chunks`` (a COPY on connection ``raw``) read on a thread, at most ``depth`` chunks ahead.
+
+    Why: read only as the caller asks, the server stops at each chunk (the socket's buffers fill)
+    while the caller turns the previous one into text; read ahead, the server renders the next
+    chunks meanwhile, on the other core. If the caller stops early (an error, a closed generator),
+    the statement is cancelled and the thread ends before this returns; a reading error is raised here.
+    """
+    ready: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in chunks:
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading caller
+            ready.put(exc)
+        finally:
+            chunks.close()
+
+    thread = threading.Thread(target=produce, name="pack-lineage-copy", daemon=True)
+    thread.start()
+    producing = True
+    try:
+        while (item := ready.get()) is not _END:
+            if isinstance(item, BaseException):
+                producing = False
+                raise item
+            yield item
+        producing = False
+    finally:
+        if producing:  # the caller stopped early: cancel the COPY (never once it has ended: a late
+            stop.set()  # cancel request would hit the connection's next statement)
+            _cancel(raw)
+            while thread.is_alive():  # unblock a waiting put, then wait for the cancelled COPY to end
+                try:
+                    ready.get(timeout=0.1)
+                except queue.Empty:
+                    pass
+        thread.join()
+
+
+def _copy_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int) -> int:
     count = 0
-    for chunk, rows in _copy_chunks(raw, sql, params, JSON_COPY_OPTIONS, batch_rows):
-        out.write_bytes(b"\n" if count == 0 else b",\n")
-        out.write_bytes(sqltext.json_rows_from_copy(chunk, rows))
+    for chunk, rows in _read_ahead(_copy_chunks(raw, sql, params, JSON_COPY_OPTIONS, batch_rows), raw):
+        json_rows = sqltext.json_rows_from_copy(chunk, rows)
+        json_out.write_bytes(b"\n" if count == 0 else b",\n")
+        json_out.write_bytes(json_rows)
+        csv_out.write_bytes(csv_rows_from_copy(chunk, rows, json_rows))
         count += rows
     return count
 

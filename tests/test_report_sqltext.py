@@ -150,17 +150,14 @@ def test_co_tenant_namespaces_in_two_successive_renderings(sessions, tmp_path):
         assert co["txn-001"] == "kyc-docs;marketing-ml" and co["txn-011"] is None  # at 1 s and at 11 s
 
 
-def test_csv_and_json_are_read_on_two_connections_from_one_snapshot(sessions, tmp_path, monkeypatch):
-    """PostgreSQL: the JSON file is produced on a second connection, in parallel, and shows the
-    session's snapshot (exported): a transaction committed elsewhere after the snapshot began is in
-    neither file. SQLite: both files come from one query on the session's connection, no thread."""
+def test_both_files_come_from_the_sessions_snapshot(sessions, tmp_path):
+    """Both files come from one pass over the session's snapshot: on PostgreSQL a transaction
+    committed elsewhere after the snapshot began is in neither file (REPEATABLE READ, as render_pack
+    reads); the co-tenancy table is joined; and without it both equal the Python writers' bytes."""
     _fill(sessions)
     scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
     want_csv, want_json, n = _reference(sessions, scope)
     shared = [pop.CoTenancy("GPU-7f3c2a1e", "risk-inference", DAY_NS, DAY_NS + 10 * 10**9, "kyc-docs")]
-    parallel = []
-    real = pop._in_parallel
-    monkeypatch.setattr(pop, "_in_parallel", lambda *args: parallel.append(True) or real(*args))
     with sessions() as s:
         postgresql = s.get_bind().dialect.name == "postgresql"
         if postgresql:
@@ -170,68 +167,107 @@ def test_csv_and_json_are_read_on_two_connections_from_one_snapshot(sessions, tm
             with sessions.begin() as other:
                 _add(other, 500, DAY_NS + 7_200 * 10**9, "txn-committed-later", "late", "exact")
         written = pop.write_lineage(s, scope, tmp_path, batch_rows=4, co_tenancy=shared)
-    assert parallel == ([True] if postgresql else [])
     got_csv = (tmp_path / "transaction_lineage.csv").read_bytes()
     got_json = (tmp_path / "transaction_lineage.json").read_bytes()
     columns, rows = split_table_bytes(got_json)
     objects = [dict(zip(columns, row)) for row in rows]
     assert written.count == len(objects) == n
+    assert len(list(csv.reader(io.StringIO(got_csv.decode(), newline="")))) == n + 1
     assert b"txn-committed-later" not in got_csv + got_json
     assert {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects}["txn-001"] == "kyc-docs"
-    # with no co-tenancy row both equal the Python writers' bytes
     (tmp_path / "plain").mkdir()
     if postgresql:
         with sessions.begin() as other:
             other.execute(delete(Lineage).where(Lineage.record_id == 500))
             other.execute(delete(InferenceRecord).where(InferenceRecord.id == 500))
     with sessions() as s:
-        if postgresql:
-            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
         written = pop.write_lineage(s, scope, tmp_path / "plain", batch_rows=4)
-    assert parallel == ([True, True] if postgresql else [])
     assert (tmp_path / "plain/transaction_lineage.csv").read_bytes() == want_csv
     assert (tmp_path / "plain/transaction_lineage.json").read_bytes() == want_json
     assert written.count == n
 
 
-def test_plain_csv_check_finds_every_value_that_needs_quoting():
-    assert pop.csv_plain_ok(b"txn-1,,exact\ntxn-2,gpu-0,exact\n", 2, 2)
-    for dirty in (b'txn-1,a,b,exact\ntxn-2,gpu-0,exact\n',  # a comma in a field
-                  b'txn-1,say "hi",exact\ntxn-2,gpu-0,exact\n', b"txn-1,cr\r,exact\ntxn-2,gpu-0,exact\n",
-                  b"txn-1,l\nf,exact\ntxn-2,gpu-0,exact\n"):
-        assert not pop.csv_plain_ok(dirty, 2, 2), dirty
+def test_a_failed_write_stops_the_read_ahead_copy(sessions, tmp_path, monkeypatch):
+    """PostgreSQL reads the COPY ahead on a thread: when turning a chunk into text fails, the error
+    is raised, the COPY is cancelled and its thread ended (no hang, no thread left), and the
+    connection serves the next transaction. SQLite fails the same way, with no thread."""
+    import threading
+
+    _fill(sessions)
+    scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
+    calls = []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        raise OSError("No space left on device")
+    monkeypatch.setattr(pop, "csv_rows_from_copy", failing)
+    with sessions() as s:
+        with pytest.raises(OSError, match="No space left"):
+            pop.write_lineage(s, scope, tmp_path, batch_rows=2)
+        s.rollback()
+        assert s.execute(select(func.count()).select_from(InferenceRecord)).scalar_one() == len(NASTY) + 2
+    assert calls == [1]
+    assert not [t for t in threading.enumerate() if t.name == "pack-lineage-copy"]
 
 
-def test_copy_json_rows_equal_json_dumps_for_random_text(pg_database_url):
-    """PostgreSQL's COPY under ``copy_json_options`` + ``json_rows_from_copy`` gives exactly the
-    reference encoder's arrays, for random text mixing quotes, backslashes, every control
-    character, separators and non-ASCII, nulls and empty strings, in chunks of 1 and 7 rows."""
+def test_csv_rows_from_json_arrays_equal_csv_line():
+    """The CSV lines derived from JSON arrays equal ``csv_line`` of the values: nulls first, last
+    and side by side, the text "null", empty strings (fast path), and values that need quoting or
+    escaping (re-read from the arrays)."""
+    clean = [[None, 1, "null", None, None, "", True, None], ["a b", -2, None, "", "x;y", "é", False, 7]]
+    dirty = clean + [["a,b", 3, 'say "hi"', "l\nf", "c\r", "back\\slash", None, None],
+                     ["\x01", 4, None, "", "t", "u", True, 0]]
+    for rows in (clean, dirty, clean[:1]):
+        arrays = [pop.JSON_ENCODER.encode(r).encode() for r in rows]
+        csv_rows, json_rows = pop.csv_rows_from_json(arrays, separators=7)
+        assert csv_rows == b"".join(pop.csv_line(r).encode() + b"\n" for r in rows)
+        assert json_rows == b",\n".join(arrays)
+    assert pop.csv_rows_from_json([], separators=7) == (b"", b"")
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_copy_rows_give_json_dumps_and_csv_line_for_random_text(pg_database_url, clean):
+    """PostgreSQL's COPY under ``copy_json_options`` gives, through ``json_rows_from_copy`` and
+    ``csv_rows_from_copy``, exactly the reference writers' JSON arrays and CSV lines, for random text
+    mixing quotes, backslashes, every control character, separators and non-ASCII, nulls and empty
+    strings (``clean``: only values that need no quoting, nulls and empty strings anywhere in the
+    row: the fast path), in chunks of 1, 7 and all rows."""
     import random
 
     import psycopg
 
     rng = random.Random(20261130)
-    alphabet = ['"', "\\", ",", "\n", "\r", "\t", "\b", "\f", "a", "Z", "0", " ", "é", "中", "😀", "\u2028", "\x7f",
-                *[chr(c) for c in range(1, 32)], "null", '\\"', '""']
+    alphabet = ["a", "Z", "0", " ", "é", "中", "😀", "\u2028", "\x7f", "\t", "null", "-", ";", "'"]
+    if not clean:
+        alphabet += ['"', "\\", ",", "\n", "\r", "\b", "\f", *[chr(c) for c in range(1, 32)], '\\"', '""']
     rows = []
     for k in range(400):
-        texts = [None if rng.random() < 0.15 else "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
-                 for _ in range(3)]
-        rows.append((k, *texts, rng.choice([True, False, None]), rng.choice([None, rng.randrange(-10**18, 10**18)])))
-    spec = [("id", "id", sqltext.INT), ("a", "a", sqltext.TEXT), ("b", "b", sqltext.TEXT), ("c", "c", sqltext.TEXT),
-            ("flag", "flag", sqltext.BOOL), ("n", "n", sqltext.INT)]
+        texts = [None if rng.random() < 0.3 else "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
+                 for _ in range(4)]
+        rows.append((*texts[:1], k, *texts[1:], rng.choice([True, False, None]),
+                     rng.choice([None, rng.randrange(-10**18, 10**18)])))
+    spec = [("a", "a", sqltext.TEXT), ("id", "id", sqltext.INT), ("b", "b", sqltext.TEXT),
+            ("c", "c", sqltext.TEXT), ("d", "d", sqltext.TEXT), ("flag", "flag", sqltext.BOOL), ("n", "n", sqltext.INT)]
     fields = ", ".join(f"{sqltext.copy_json_value(e, kind, 'postgresql')} AS {name}" for name, e, kind in spec)
     with psycopg.connect(pg_database_url.replace("postgresql+psycopg", "postgresql")) as conn:
-        conn.execute("CREATE TEMPORARY TABLE fuzz (id bigint, a text, b text, c text, flag boolean, n bigint)")
+        conn.execute("CREATE TEMPORARY TABLE fuzz (a text, id bigint, b text, c text, d text, flag boolean, n bigint)")
         with conn.cursor() as cur:
-            cur.executemany("INSERT INTO fuzz VALUES (%s, %s, %s, %s, %s, %s)", rows)
+            cur.executemany("INSERT INTO fuzz VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
             messages = []
             with cur.copy(f"COPY (SELECT {fields} FROM fuzz ORDER BY id) TO STDOUT WITH ({sqltext.copy_json_options(spec)})") as copy:
                 messages = [bytes(m) for m in copy]
     assert len(messages) == len(rows)
-    want = [pop.JSON_ENCODER.encode(list(r)).encode() for r in rows]
-    for size in (1, 7):
-        got = []
+    want_json = b",\n".join(pop.JSON_ENCODER.encode(list(r)).encode() for r in rows)
+    want_csv = b"".join(pop.csv_line(list(r)).encode() + b"\n" for r in rows)
+    for size in (1, 7, len(rows)):
+        got_json, got_csv = [], []
         for i in range(0, len(messages), size):
-            got.append(sqltext.json_rows_from_copy(b"".join(messages[i:i + size]), len(messages[i:i + size])))
-        assert b",\n".join(got) == b",\n".join(want)
+            chunk, n = b"".join(messages[i:i + size]), len(messages[i:i + size])
+            got_json.append(sqltext.json_rows_from_copy(chunk, n))
+            got_csv.append(pop.csv_rows_from_copy(chunk, n, got_json[-1], separators=len(spec) - 1))
+        assert b",\n".join(got_json) == want_json
+        assert b"".join(got_csv) == want_csv
+    if clean:  # the fast path's cases are there: nulls first, last and side by side, empty strings, "null"
+        assert any(r[0] is None for r in rows) and any(r[-1] is None for r in rows)
+        assert any(r[2] is None and r[3] is None for r in rows) and b',"",' in b"".join(messages)
+        assert b'"null"' in b"".join(messages)
