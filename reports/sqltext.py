@@ -1,9 +1,11 @@
-"""SQL expressions that render a population row as its CSV line and its JSON array, inside the database.
+"""SQL expressions that render a population row as its JSON text inside the database.
 
 Why: a pack for millions of transactions spends its time turning row tuples into text twice (CSV
 and JSON). Done in Python that is microseconds per row; done by the database engine (SQLite's
-``json_quote``, PostgreSQL's ``to_json``, ``replace``, ``||``) it is C code, and on PostgreSQL it runs
-in the server process, in parallel with the renderer. Python then only joins the lines of a batch.
+``json_array``, PostgreSQL's ``COPY`` output) it is C code, and on PostgreSQL it runs in the server
+process, in parallel with the renderer. The database renders each row once, as its JSON array (or
+COPY's JSON-quoted row); ``reports.populations.csv_rows_from_copy`` derives the CSV lines from that
+text, and Python otherwise only joins the lines of a batch.
 
 The text is the same on both backends and the same as the Python writers in
 ``reports.populations`` (``csv_line``, ``JSON_ENCODER``), which are the reference:
@@ -51,32 +53,6 @@ def _bool_text(expr: str) -> str:
     return f"(CASE WHEN {expr} THEN 'true' WHEN NOT {expr} THEN 'false' END)"
 
 
-def _csv_field(expr: str, kind: str, dialect: str) -> str:
-    """A field for ``printf``/``format`` ``%s`` (which renders NULL as the empty field)."""
-    if kind == INT:
-        return expr
-    if kind == BOOL:
-        return _bool_text(expr)
-    if kind == TIME:  # digits, '-', ':', 'T', '.', 'Z': never quoted
-        return _time_text(expr, dialect)
-    quoted = f"'\"' || replace({expr}, '\"', '\"\"') || '\"'"
-    if dialect == "sqlite":  # GLOB of NULL is NULL: iif takes the plain branch, which is NULL
-        return f"iif({expr} GLOB '*[,\"' || char(10) || char(13) || ']*', {quoted}, {expr})"
-    special = " OR ".join(f"strpos({expr}, chr({c})) > 0" for c in (44, 34, 10, 13))  # , " LF CR
-    return f"CASE WHEN {special} THEN {quoted} ELSE {expr} END"
-
-
-def copy_csv_value(expr: str, kind: str, dialect: str) -> str:
-    """A field for PostgreSQL's ``COPY ... (FORMAT csv)``, whose quoting is the rule above (its extra
-    rule for ``\\.`` applies to one-column rows only). Empty text becomes NULL: COPY would write it ``""``,
-    the other writers write an empty field for both.
-
-    Raises:
-        ValueError: ``dialect`` is not ``postgresql`` or ``kind`` is unknown.
-    """
-    return _copy_value(expr, kind, dialect, f"NULLIF({expr}, '')")
-
-
 def copy_json_value(expr: str, kind: str, dialect: str) -> str:
     """A field for PostgreSQL's ``COPY ... TO STDOUT WITH (copy_json_options(...))``, whose output row
     is the JSON array's content (``json_rows_from_copy``): text and times as they are (COPY quotes
@@ -85,18 +61,14 @@ def copy_json_value(expr: str, kind: str, dialect: str) -> str:
     Raises:
         ValueError: ``dialect`` is not ``postgresql`` or ``kind`` is unknown.
     """
-    return _copy_value(expr, kind, dialect, expr)
-
-
-def _copy_value(expr: str, kind: str, dialect: str, text_field: str) -> str:
     if dialect != "postgresql":
-        raise ValueError(f"COPY is PostgreSQL's; dialect {dialect!r} renders text with csv_line_sql and json_array_sql")
+        raise ValueError(f"COPY is PostgreSQL's; dialect {dialect!r} renders text with json_array_sql")
     _check([("field", expr, kind)], dialect)
     if kind == TIME:
         return _time_text(expr, dialect)
     if kind == BOOL:
         return _bool_text(expr)
-    return expr if kind == INT else text_field
+    return expr
 
 
 def copy_json_options(columns: Sequence[tuple[str, str, str]]) -> str:
@@ -114,7 +86,7 @@ def copy_json_options(columns: Sequence[tuple[str, str, str]]) -> str:
     escapes them as Python's ``json`` does.
 
     Args:
-        columns: ``(output name, SQL expression, kind)`` as ``csv_line_sql``; the statement's
+        columns: ``(output name, SQL expression, kind)`` as ``json_array_sql``; the statement's
             columns must carry these output names (``FORCE_QUOTE`` names them).
     """
     _check(columns, "postgresql")
@@ -168,8 +140,10 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def csv_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
-    """SQL text of the CSV line (no line end) of one row.
+def json_array_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
+    """SQL text of the JSON array (values in column order, compact) of one row: a ``data`` row of the
+    population's split table. The column names are not in it: they are written once, in the file's
+    ``columns`` member.
 
     Args:
         columns: ``(output name, SQL expression, kind)`` in column order; ``kind`` is ``text``,
@@ -178,34 +152,6 @@ def csv_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
 
     Raises:
         ValueError: unsupported dialect or column kind.
-    """
-    _check(columns, dialect)
-    return _format_call(",".join(["%s"] * len(columns)), [_csv_field(e, k, dialect) for _n, e, k in columns], dialect)
-
-
-def csv_plain_line_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
-    """SQL text of the CSV line of one row with no field quoted: fields joined by ``,`` (null → empty).
-
-    It equals ``csv_line_sql`` exactly when no text field holds ``,``, ``"``, LF or CR, which the
-    caller checks on the text (``reports.populations.csv_plain_ok``: a clean line has
-    ``len(columns) - 1`` commas and no ``"``, LF or CR) and re-renders the other lines with
-    ``csv_line_sql``. Why: the per-field quoting test costs SQLite about 7 µs per row of 27 fields,
-    the whole line without it about 3.5 µs (measured on 250 k lineage rows); values that need
-    quoting are rare in transaction data.
-
-    Args and errors as ``csv_line_sql``.
-    """
-    _check(columns, dialect)
-    args = [_time_text(e, dialect) if k == TIME else _bool_text(e) if k == BOOL else e for _n, e, k in columns]
-    return _format_call(",".join(["%s"] * len(columns)), args, dialect)
-
-
-def json_array_sql(columns: Sequence[tuple[str, str, str]], dialect: str) -> str:
-    """SQL text of the JSON array (values in column order, compact) of one row: a ``data`` row of the
-    population's split table. The column names are not in it: they are written once, in the file's
-    ``columns`` member.
-
-    Args and errors as ``csv_line_sql``.
     """
     _check(columns, dialect)
     if dialect == "sqlite":  # json_array: compact, json_quote escaping, NULL as null

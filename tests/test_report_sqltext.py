@@ -124,7 +124,7 @@ def test_empty_period_writes_header_and_empty_array(sessions, tmp_path):
 
 def test_sql_text_rejects_unknown_dialect_and_kind():
     with pytest.raises(ValueError, match="mysql"):
-        sqltext.csv_line_sql([("a", "t.a", sqltext.TEXT)], "mysql")
+        sqltext.copy_json_value("t.a", sqltext.TEXT, "mysql")
     with pytest.raises(ValueError, match="unknown kind"):
         sqltext.json_array_sql([("a", "t.a", "float")], "sqlite")
     with pytest.raises(ValueError, match="mysql"):
