@@ -119,6 +119,11 @@ def hand_made() -> list[str]:
         fluent(NESTED, k8s=_with(K8S, pod_id="not-a-uid", docker_id="containerd://ABC")),
         fluent(NESTED, k8s=_with(K8S, labels={}, container_image="", pod_ip=None)),
         fluent(NESTED, k8s=_with(K8S, namespace_name="", host=7)),
+        # the per-pod cache: a value that cannot be a key, and keys equal but for one value's type or case
+        fluent(NESTED, k8s=_with(K8S, pod_name=["fraud-api"])), fluent(NESTED, k8s=_with(K8S, host={"n": 1})),
+        fluent(NESTED, k8s=_with(K8S, host=1)), fluent(NESTED, k8s=_with(K8S, host=True)),
+        fluent(NESTED, k8s=_with(K8S, host=1.0)), fluent(NESTED, k8s=_with(K8S, docker_id="docker://A3F1C9E2")),
+        fluent(NESTED, k8s=_with(K8S, docker_id="docker://a3f1c9e2")),
         fluent(NESTED, k8s=_with(K8S, namespace_name="n" * 300)),
         fluent(NESTED, docker={"container_id": "abc"}),  # fluentd
         fluent(NESTED, k8s=_with(K8S, namespace_id="x")),
