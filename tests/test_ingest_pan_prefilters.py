@@ -1,0 +1,139 @@
+"""The PAN module's C-speed pre-filters never skip what the full scan would mask (or find).
+
+Each pre-filter lets a function answer "nothing here" without its regex search; each must be
+conservative. Over the PAN tests' own hostile corpus (every string parametrised in
+``tests/test_ingest_pan.py``, the fast-path test's hand-made lines, the shipped log samples) and a
+seeded fuzz of digits, separators, their escapes, hex letters, dots, ``e``, U+FFFD and ``\\x``
+escapes, each function gives the same answer with its pre-filter as with the pre-filter
+replaced by "maybe" (the full scan alone): ``mask_text`` (``_clean_ascii``), ``mask_cut_end``
+(``_may_end_in_run``, ``_may_end_undecodable``), ``mask_exponent_numbers`` (``_exponent_hint``),
+and ``may_contain_pan``'s memory of its last answer.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from collector.ingest import pan
+from tests import test_ingest_fastpath, test_ingest_pan
+
+DATA = Path(__file__).parent / "data" / "logs"
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    values = getattr(value, "values", None)  # pytest.param
+    return _strings(values) if values is not None else []
+
+
+def _pan_test_strings() -> list[str]:
+    out = list(test_ingest_pan.TEST_PANS)
+    for obj in vars(test_ingest_pan).values():
+        for mark in getattr(obj, "pytestmark", []):
+            if mark.name == "parametrize":
+                out.extend(_strings(list(mark.args[1])))
+    return out
+
+
+ALPHABET = (list("0123456789") * 4 + list(" -\t\n\r/_.") + ["\u00a0", "\u00ad", "\u200b", "\ufeff", "\u2007"]
+            + ["\\n", "\\t", "\\r", "\\/", "\\u0020", "\\u002d", "\\u00a0", "\\u00ad", "\\\\u0020", "\\u0034", "\\uff14"]
+            + list("abcdefABCDEFxyzeE=+;?\"{}:,") + ["\ufffd", "\\xc3", "\\x9", "%3D", "\u0664", "\uff14"])
+
+
+def _fuzz(n: int, seed: int = 11) -> list[str]:
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        text = "".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(0, 60)))
+        if rnd.random() < 0.3:  # a grouped card number somewhere, written with random separators
+            groups = ["4111", "1111", "1111", "1111"] if rnd.random() < 0.5 else ["3782", "822463", "10005"]
+            sep = rnd.choice([" ", "-", "\\u0020", "\u00ad", "  ", "\\n", "/", ""])
+            cut = rnd.randint(0, len(text))
+            text = text[:cut] + sep.join(groups) + text[cut:]
+        if rnd.random() < 0.2:  # long enough for the windowed search
+            text = text * 6
+        out.append(text)
+    return out
+
+
+def corpus() -> list[str]:
+    lines = []
+    for path in sorted(DATA.glob("*")):
+        lines.extend(path.read_text(encoding="utf-8").splitlines())
+    texts = _pan_test_strings() + test_ingest_fastpath.hand_made() + lines + _fuzz(4000)
+    # each also with the endings the cut-PAN and undecodable-end searches look at
+    endings = ["", "\n", " 4111 1111", "4111\ufffd", "4111\\xc3", "4111\\xc3\n", "\\u0034", " 1.5e16", "5E-3"]
+    return [t + e for t in texts for e in endings]
+
+
+CORPUS = corpus()
+
+
+def test_the_corpus_holds_pans_and_their_hostile_spellings():
+    masked = sum(1 for t in CORPUS if pan.mask_text(t)[1])
+    assert len(CORPUS) > 30_000 and masked > 5_000
+    assert any("\\u0034" in t and pan.mask_text(t)[1] for t in CORPUS)
+
+
+def _without(monkeypatch, name: str, maybe) -> None:
+    monkeypatch.setattr(pan, name, maybe)
+
+
+@pytest.mark.parametrize("keep_otlp_times", [False, True])
+def test_mask_text_answers_as_the_full_scan_does(monkeypatch, keep_otlp_times):
+    fast = [pan.mask_text(t, keep_otlp_times=keep_otlp_times) for t in CORPUS]
+    assert sum(1 for t in CORPUS if t.isascii() and pan._clean_ascii(t)) > 2_000  # the pre-filter does skip
+    _without(monkeypatch, "_clean_ascii", lambda text: False)
+    assert [pan.mask_text(t, keep_otlp_times=keep_otlp_times) for t in CORPUS] == fast
+
+
+def test_mask_cut_end_answers_as_the_full_search_does(monkeypatch):
+    texts = CORPUS + [pan.mask_text(t)[0] for t in CORPUS]
+    fast = [pan.mask_cut_end(t) for t in texts]
+    assert sum(1 for t in texts if not pan._may_end_in_run(t)) > 10_000
+    _without(monkeypatch, "_may_end_in_run", lambda text: True)
+    _without(monkeypatch, "_may_end_undecodable", lambda text: True)
+    assert [pan.mask_cut_end(t) for t in texts] == fast
+
+
+def test_the_end_checks_never_say_no_where_their_regex_matches():
+    for t in CORPUS:
+        for pos in (0, max(0, len(t) - 512), max(0, len(t) - 5)):
+            if pan.TRAILING_DIGIT_RUN.search(t, pos):
+                assert pan._may_end_in_run(t), t
+            if pan._UNDECODABLE_END.search(t, pos):
+                assert pan._may_end_undecodable(t), t
+
+
+def test_the_exponent_hint_is_the_regex_search():
+    for t in CORPUS:
+        assert pan._exponent_hint(t) == (pan._EXPONENT_HINT.search(t) is not None), t
+
+
+def test_mask_exponent_numbers_answers_as_the_regex_does(monkeypatch):
+    fast = [pan.mask_exponent_numbers(t) for t in CORPUS]
+    assert any(n for _, n in fast)
+    _without(monkeypatch, "_exponent_hint", lambda text: pan._EXPONENT_HINT.search(text) is not None)
+    assert [pan.mask_exponent_numbers(t) for t in CORPUS] == fast
+
+
+def test_may_contain_pan_remembers_only_the_same_question():
+    """The last answer is reused for an equal text asked with the same flag, and only then."""
+    fresh = [pan._may_contain_pan(t) if not ("\\u" in t) else True for t in CORPUS[:3000]]
+    rnd = random.Random(5)
+    for i in rnd.choices(range(3000), k=6000):  # repeats, neighbours, alternating flags
+        t = CORPUS[i]
+        assert pan.may_contain_pan(t) == fresh[i]
+        assert pan.may_contain_pan(t, exponent_numbers=True) is True
+        if "\\u" not in t:
+            assert pan.may_contain_pan(t, unicode_escapes=False) == fresh[i]
+    card = '{"message":"card 4111 1111 1111 1111"}'
+    assert pan.may_contain_pan(card, unicode_escapes=False) and pan.may_contain_pan(card)
+    assert not pan.may_contain_pan('{"message":"scored"}')
+    assert pan.may_contain_pan('{"message":"\\u0034111111111111111"}')
