@@ -78,7 +78,7 @@ def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple
     if decoder.saw_exponent:  # a number whose digits the text need not show: the general path masks
         return None
     try:
-        return _record(parser, doc, merged, line, source, position)
+        return _record(parser, doc, merged, data, source, position)
     except (Rejected, OutOfRange):
         return None
 
@@ -94,7 +94,7 @@ def _envelope_time(value: Any, warnings: list[str]) -> tuple[int | None, int]:
         return None, 1
 
 
-def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], line: str, source: str,
+def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data: bytes, source: str,
             position: str) -> tuple[Any, ...] | None:
     # -- LineParser._payload, the part a line without a transaction id is rejected by (the general
     # path then quarantines it): the merged object is the payload --------------------------------------
@@ -122,7 +122,7 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], line
     else:
         runtime_ns, runtime_precision = None, 1
 
-    raw_sha256 = _sha256(line)
+    raw_sha256 = _sha256(data)
 
     # -- RecordBuilder.build with the null masker (the transaction id found above) ----------------
     consumed: set[str] = {hit[0]}
@@ -237,6 +237,7 @@ def _same(value: str | None) -> str | None:
     return seen
 
 
-def _sha256(text: str) -> str:
-    """``parser._sha256`` (the raw line's hash when no PAN is in it) of a text decoded from UTF-8."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _sha256(data: bytes) -> str:
+    """``parser._sha256`` (the raw line's hash when no PAN is in it) of the line decoded from
+    ``data``, valid UTF-8: the line encoded again is ``data`` itself."""
+    return hashlib.sha256(data).hexdigest()

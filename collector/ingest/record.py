@@ -32,6 +32,7 @@ COLUMN_LIMITS = {
 }
 
 _HEX = re.compile(r"^[0-9a-f]+$")
+_LOWER_HEX = "0123456789abcdef"
 
 POSITION_CHARS = 64  # inference_records.position / quarantine.position width; longer positions are cut
 # inference_records columns a parsed record fills (the writer adds received_ns, run_id, conflict).
@@ -49,6 +50,11 @@ def _hex_id(value: Any, name: str, hex_len: int, pad_from: int | None = None) ->
     Integers and Datadog's decimal ``dd.*`` ids are converted; a ``pad_from``-digit id is
     left-padded (64-bit trace ids); absent, all-zero ("invalid" in W3C) or malformed ids give None.
     """
+    # The usual id: exactly ``hex_len`` lower-case hex digits, not all zero, under a name that is
+    # not Datadog's (decimal ``dd.*`` ids are converted below): returned as it is, as below.
+    if value.__class__ is str and len(value) == hex_len and not value.strip(_LOWER_HEX) \
+            and not name.startswith("dd.") and value.strip("0"):
+        return value
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):

@@ -197,6 +197,12 @@ def parse_any(value: object, default_tz: str | None = None) -> tuple[int, int]:
     Raises:
         NaiveTimestamp, BadTimestamp: see ``parse_iso`` / ``parse_epoch``.
     """
+    if value.__class__ is str:
+        # The common shape first: a text ``_utc_fast`` reads starts with 4 digits and a dash (not an
+        # epoch number) and has no space at either end (``strip`` keeps it): ``parse_iso``'s answer.
+        fast = _utc_fast(value)
+        if fast is not None:
+            return fast
     if isinstance(value, str):
         text = value.strip()
         if text[4:5] != "-" and _DIGITS.match(text):  # "YYYY-…" cannot be an epoch number
