@@ -97,3 +97,29 @@ def test_commit_units_is_at_least_the_batch_size_and_http_mode_commits_once(sess
     assert commits == []  # nothing committed before finish(): the shipper's 2xx waits for it
     counts = run.finish()
     assert commits == [30] and counts.reconciles and _stored(sessions) == (27, 3)
+
+
+def test_a_row_stored_by_a_concurrent_writer_after_the_lookup_counts_as_a_duplicate(sessions, monkeypatch):
+    """PostgreSQL COPYs the rows its lookup found new straight into the table; a key stored since
+    (simulated: the lookup is made to miss lines stored by an earlier run) makes that COPY fail
+    under its savepoint, and the rows go through ON CONFLICT DO NOTHING instead: the new lines are
+    stored once, the others count as duplicates, the ledger verifies. SQLite holds the write lock
+    from BEGIN IMMEDIATE, so there the lookup cannot miss: the same outcome through its own path."""
+    from collector.ingest import writer
+
+    first = IngestRun(sessions, Settings(cluster="c1"), workers=1, batch_size=10)
+    first.ingest_stream(io.BytesIO(_input(20)), "app.log")
+    assert first.finish().stored == 18
+    monkeypatch.setattr(writer, "_known", lambda session, txn_ids: (set(), set()))
+    run = IngestRun(sessions, Settings(cluster="c1"), workers=1, batch_size=10)
+    run.ingest_stream(io.BytesIO(_input(30)), "app.log")
+    counts = run.finish()
+    assert counts.as_dict() == {"read": 30, "stored": 9, "duplicates": 18, "conflicts": 0, "quarantined": 3,
+                                "pan_masked": 0}
+    assert _stored(sessions) == (27, 3)
+    with sessions() as s:
+        ids = s.scalars(select(InferenceRecord.id).order_by(InferenceRecord.id)).all()
+        verdict = ledger.verify(s)
+    assert len(set(ids)) == 27
+    assert verdict.ok, verdict.first_break
+    assert verdict.entries == 27 + 3

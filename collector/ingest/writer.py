@@ -3,18 +3,20 @@
 One call writes one batch inside the caller's transaction, in three set-based steps:
 
 1. look up the batch's transaction ids once to learn which dedup keys exist and which
-   transactions are already known: SQLite ``WHERE transaction_id IN …``; PostgreSQL COPYs the
-   batch into a TEMP staging table first and joins it (one statement; the staged rows are the
-   ones inserted unless some turn out to be duplicates or conflicts, then the staging table is
-   loaded again with the rows to insert);
+   transactions are already known: SQLite ``WHERE transaction_id IN …``; PostgreSQL
+   ``WHERE transaction_id = ANY(%s)`` with the ids as one array;
 2. insert the new rows straight through the driver, with the values already bound the way
    SQLAlchemy's types would bind them (records arrive as ``record.PreparedRecord``: column values
-   with the attributes as JSON text): PostgreSQL runs ``INSERT … SELECT … FROM`` the staging table
-   ``ON CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key``; SQLite
+   with the attributes as JSON text): PostgreSQL draws their ids from the sequence and COPYs them
+   into the table under a savepoint (``bulk.pg_copy_new``); should a concurrent writer have stored
+   one of the keys since the lookup, that COPY is rolled back and the rows go through a TEMP
+   staging table and ``INSERT … SELECT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id,
+   dedup_key``, a row that lost the race not returned and counted as a duplicate. (Measured, 50 k
+   records: the server's time per batch fell by a fifth against staging every batch, joining the
+   lookup to it and inserting with ON CONFLICT.) SQLite
    runs one prepared ``INSERT … ON CONFLICT DO NOTHING`` per row (``executemany``) and reads the
    new ids back by range — the transaction holds SQLite's write lock from ``BEGIN IMMEDIATE``, so
-   every row above the previous largest id is one of ours. A row that loses a race with a
-   concurrent writer (PostgreSQL) is not returned and counts as a duplicate;
+   every row above the previous largest id is one of ours;
 3. quarantine rows with ``ON CONFLICT (content_key) DO NOTHING`` (PostgreSQL: COPYed through a
    staging table too): the same line of the same source, quarantined before, is not stored twice
    (it still counts as quarantined in the run);
@@ -43,7 +45,7 @@ from sqlalchemy.orm import Session
 from collector.ingest.parser import Outcome
 from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord
 from collector.store import ledger
-from collector.store.bulk import core_bind, pg_copy_insert, pg_insert_staged, pg_stage, sqlite_insert_new
+from collector.store.bulk import core_bind, pg_copy_insert, pg_copy_new, pg_insert_staged, pg_stage, sqlite_insert_new
 from collector.store.canonical import content_hash
 from collector.store.models import InferenceRecord, Quarantine
 
@@ -77,39 +79,28 @@ def quarantine_content_key(stage: str, source: str, position: str | None, raw_sh
     return content_hash([stage, source, position, raw_sha256])
 
 
-def _insert_records(session: Session, params: list[tuple[Any, ...]],
-                    staged: list[tuple[Any, ...]] | None = None) -> list[tuple[int, str]]:
-    """Insert rows (tuples in ``INSERT_COLUMNS`` order); ``(id, dedup_key)`` of those inserted.
+def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+    """Insert rows (tuples in ``INSERT_COLUMNS`` order) that the lookup found new; ``(id, dedup_key)``
+    of those inserted, in id order.
 
-    ``staged``: the rows already in the PostgreSQL staging table (``_write_records``); used as
-    they are when they are ``params``, else the staging table is loaded again with ``params``.
+    PostgreSQL: one COPY straight into the table (``bulk.pg_copy_new``); if a concurrent writer
+    stored one of the keys since the lookup, that COPY is undone and the rows go through the
+    staging table with ``ON CONFLICT (dedup_key) DO NOTHING``, the losers not returned.
     """
     conn = session.connection()
     if conn.dialect.name == "postgresql":
-        if staged is None or not (len(staged) == len(params) and not any(p[-1] for p in params)):
-            # Some rows were duplicates or conflicts (fresh keeps the batch order and drops only
-            # duplicates, so equal lengths and no conflict flag mean params == staged).
-            pg_stage(session, "inference_records", INSERT_COLUMNS, params)
-        return pg_insert_staged(session, "inference_records", INSERT_COLUMNS, "draudit_stage_inference_records",
-                                ("dedup_key",), ("id", "dedup_key"))
+        inserted = pg_copy_new(session, "inference_records", INSERT_COLUMNS, params, ("id", "dedup_key"))
+        if inserted is not None:
+            return inserted
+        pg_stage(session, "inference_records", INSERT_COLUMNS, params)
+        return sorted(pg_insert_staged(session, "inference_records", INSERT_COLUMNS, "draudit_stage_inference_records",
+                                       ("dedup_key",), ("id", "dedup_key")))
     return sqlite_insert_new(session, "inference_records", _SQLITE_INSERT, params, ("id", "dedup_key"))
 
 
-def _known_staged(session: Session, stage: str) -> tuple[set[str], set[str]]:
-    """``_known`` for the transaction ids of the staged batch (PostgreSQL), by one join."""
-    keys: set[str] = set()
-    txns: set[str] = set()
-    for txn, key in session.connection().exec_driver_sql(
-            "SELECT r.transaction_id, r.dedup_key FROM inference_records r "
-            f"WHERE r.transaction_id IN (SELECT s.transaction_id FROM {stage} s)"):
-        keys.add(key)
-        txns.add(txn)
-    return keys, txns
-
-
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-    """The dedup keys and transaction ids already stored among ``txn_ids`` (SQLite and others: by
-    ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
+    """The dedup keys and transaction ids already stored among ``txn_ids`` (PostgreSQL: one
+    ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     keys: set[str] = set()
     txns: set[str] = set()
     conn = session.connection()
@@ -121,6 +112,13 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]
             for txn, key in conn.exec_driver_sql(_sqlite_known_sql(len(part)), part):
                 keys.add(key)
                 txns.add(txn)
+        return keys, txns
+    if conn.dialect.name == "postgresql":
+        # One statement with the ids as one array parameter: no IN list to render, no staging table.
+        for txn, key in conn.exec_driver_sql(
+                "SELECT transaction_id, dedup_key FROM inference_records WHERE transaction_id = ANY(%s)", (list(txn_ids),)):
+            keys.add(key)
+            txns.add(txn)
         return keys, txns
     stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
@@ -172,15 +170,7 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
 
 def _write_records(session: Session, records: list[PreparedRecord], run_id: str | None, received_ns: int,
                    result: BatchResult) -> None:
-    staged: list[tuple[Any, ...]] | None = None
-    if session.connection().dialect.name == "postgresql":
-        # COPY the batch as it is inserted when nothing in it is known (the common case) and look
-        # the known rows up by joining the staging table: one statement, not IN lists of 1000.
-        tail = (received_ns, run_id, False)
-        staged = [r.values + tail for r in records]
-        existing_keys, existing_txns = _known_staged(session, pg_stage(session, "inference_records", INSERT_COLUMNS, staged))
-    else:
-        existing_keys, existing_txns = _known(session, sorted({r.values[_TXN] for r in records}))
+    existing_keys, existing_txns = _known(session, sorted({r.values[_TXN] for r in records}))
     batch_keys: set[str] = set()
     batch_txn_key: dict[str, str] = {}
     fresh: dict[str, tuple[PreparedRecord, tuple[Any, ...]]] = {}
@@ -208,7 +198,7 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
     leaf_of_row = ledger.values_leaf("inference_records", LEDGER_COLUMNS)
     entries: list[tuple[str, str]] = []
     conflicts = 0
-    for rid, key in sorted(_insert_records(session, [p for _, p in fresh.values()], staged)):
+    for rid, key in _insert_records(session, [p for _, p in fresh.values()]):
         rec, params = fresh.pop(key)
         conflicts += params[-1]
         if rec.leaf is not None and late is not None:

