@@ -7,7 +7,7 @@ seeded fuzz of digits, separators, their escapes, hex letters, dots, ``e``, U+FF
 escapes, each function gives the same answer with its pre-filter as with the pre-filter
 replaced by "maybe" (the full scan alone): ``mask_text`` (``_clean_ascii``), ``mask_cut_end``
 (``_may_end_in_run``, ``_may_end_undecodable``), ``mask_exponent_numbers`` (``_exponent_hint``),
-and ``may_contain_pan``'s memory of its last answer.
+the track 2 hint (``_track2_hint``) and ``may_contain_pan``'s memory of its last answer.
 """
 
 from __future__ import annotations
@@ -137,3 +137,13 @@ def test_may_contain_pan_remembers_only_the_same_question():
     assert pan.may_contain_pan(card, unicode_escapes=False) and pan.may_contain_pan(card)
     assert not pan.may_contain_pan('{"message":"scored"}')
     assert pan.may_contain_pan('{"message":"\\u0034111111111111111"}')
+
+
+def test_the_track2_hint_is_the_regex_search():
+    texts = CORPUS + [f"{p}{sep}2512201{tail}" for p in test_ingest_pan.TEST_PANS for sep in "Dd=" for tail in ("", "F", "x")]
+    hits = 0
+    for t in texts:
+        expected = bool(pan._may_hold_track2(t) and pan._TRACK2_HINT.search(t))
+        assert pan._track2_hint(t) == expected, t
+        hits += expected
+    assert hits > 20

@@ -153,7 +153,7 @@ def _may_contain_pan(text: str) -> bool:
     if _HEX_LETTER_ESCAPE.search(text):
         return True
     # Track 2 is masked inside hex ids too.
-    if _may_hold_track2(text) and _TRACK2_HINT.search(text):
+    if _track2_hint(text):
         return True
     if ascii_text:
         return _run_outside_identifiers(text)
@@ -337,6 +337,21 @@ _TRACK2 = re.compile(r"(?<!\d)(\d{%d,%d})([Dd=])(\d{4})([125679]\d\d\d*)" % (PAN
 # What every track 2 candidate contains (``may_contain_pan``); written to start with the separator,
 # which the regex engine skips to (4 times faster than trying 13 digits at every position).
 _TRACK2_HINT = re.compile(r"[Dd=](?<=\d{%d}[Dd=])\d{7}" % PAN_MIN_DIGITS)
+
+
+# An ASCII text with its digits as "1", the track 2 separators D, d and = as "d", all else ".":
+# ``_TRACK2_HINT`` matches exactly where this holds 13 ones, a "d" and 7 ones in a row.
+_TRACK2_MARKS = bytes(0x31 if chr(b).isdigit() else 0x64 if chr(b) in "Dd=" else 0x2E for b in range(128)) + b"." * 128
+_TRACK2_SHAPE = b"1" * PAN_MIN_DIGITS + b"d" + b"1" * 7
+
+
+def _track2_hint(text: str) -> bool:
+    """``_may_hold_track2(text) and _TRACK2_HINT.search(text)``: for an ASCII text (where ``\\d`` is
+    0-9) a C substring search of its shape (the regex, tried at every D, d and =, took 5 µs on a
+    Fluent Bit line); other texts are searched."""
+    if not text.isascii():
+        return _TRACK2_HINT.search(text) is not None
+    return _TRACK2_SHAPE in text.encode("ascii").translate(_TRACK2_MARKS)
 
 
 def _may_hold_track2(text: str) -> bool:
@@ -633,7 +648,7 @@ def _mask_text(text: str, keep_otlp_times: bool, *, windowed: bool) -> tuple[str
         windows = [(0, len(text))] if _maybe_run(text, 0, len(text)) else []
     if not windows:
         return text, dotted
-    if _may_hold_track2(text) and _TRACK2_HINT.search(text):
+    if _track2_hint(text):
         text, track2 = _mask_track2(text)
         if track2:  # masked text: fewer digits, the windows are searched again
             masked, n = _mask_text(text, keep_otlp_times, windowed=windowed)
