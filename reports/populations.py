@@ -39,8 +39,8 @@ import queue
 import re
 import sqlite3
 import threading
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, case, delete, func, insert,
                         literal, literal_column, or_, select, text)
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from collector.kube.normalize import device_capacity_bytes
 from collector.store.models import (
@@ -442,16 +443,19 @@ JSON_COPY_OPTIONS = sqltext.copy_json_options(_lineage_text_spec())
 
 
 def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH,
-                  co_tenancy: Sequence[CoTenancy] = ()) -> "WrittenPopulation":
+                  co_tenancy: Sequence[CoTenancy] = (), expected_rows: int = 0) -> "WrittenPopulation":
     """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json`` (the JSON a
     split table, as every population), hashing as it writes.
 
-    The rows are rendered to text by the database, once for both files. PostgreSQL: one ``COPY
-    (SELECT ...) TO STDOUT`` (``lineage_text_stmt``) on the session's connection (the pack's
-    snapshot), read a few chunks ahead on a thread (``_read_ahead``) so the server renders while the
-    chunks become the JSON (``reports.sqltext.json_rows_from_copy``) and CSV (``csv_rows_from_copy``)
-    text. SQLite: one query giving each row's JSON array (``_sqlite_json_stmt``), the CSV derived
-    from them (``csv_rows_from_json``). Fetched ``batch_rows`` at a time: memory is bounded by a few
+    The rows are rendered to text by the database, once for both files. PostgreSQL: ``COPY (SELECT
+    ...) TO STDOUT`` (``lineage_text_stmt``), read a few chunks ahead on a thread (``_ReadAhead``) so
+    the server renders while the chunks become the JSON (``reports.sqltext.json_rows_from_copy``) and
+    CSV (``csv_rows_from_copy``) text. With ``expected_rows`` (the population's count in this
+    snapshot) of at least two ``SEGMENT_ROWS``, the period is cut into time segments read by two
+    connections in turn — the session's and a twin reading its exported snapshot
+    (``_snapshot_twin``; the session must be REPEATABLE READ, as ``render_pack`` reads) — so two
+    server processes render them; the segments are written in order. SQLite: one query giving each
+    row's JSON array (``_sqlite_json_stmt``), the CSV derived from them (``csv_rows_from_json``). Fetched ``batch_rows`` at a time: memory is bounded by a few
     batches per file. The files are byte-identical across the two backends for the same rows.
 
     ``co_tenancy`` (the pack's sharing intervals per namespace) is loaded into a temporary table
@@ -467,7 +471,7 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     """
     conn = session.connection()
     if not co_tenancy:
-        return _write_lineage(conn, scope, directory, batch_rows, False)
+        return _write_lineage(conn, scope, directory, batch_rows, (), expected_rows)
     # SQLite runs the CREATE outside the session's transaction and rolls the DROP back with it: a
     # pooled connection may still hold the (then empty) table, hence checkfirst and the DELETE.
     CO_TENANCY.create(conn, checkfirst=True)
@@ -476,13 +480,14 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
         conn.execute(insert(CO_TENANCY), [vars(c) for c in co_tenancy])
         if conn.dialect.name == "postgresql":
             conn.execute(text(f"ANALYZE {CO_TENANCY.name}"))  # row estimates for the join plan
-        return _write_lineage(conn, scope, directory, batch_rows, True)
+        return _write_lineage(conn, scope, directory, batch_rows, co_tenancy, expected_rows)
     finally:
         CO_TENANCY.drop(conn, checkfirst=True)
 
 
-def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_tenancy: bool) -> "WrittenPopulation":
-    dialect = conn.dialect.name
+def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows: Sequence[CoTenancy],
+                   expected_rows: int) -> "WrittenPopulation":
+    dialect, co_tenancy = conn.dialect.name, bool(co_rows)
     raw = conn.connection.driver_connection
     name = "transaction_lineage"
 
@@ -495,8 +500,13 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_tena
                 count = _fetch_both(raw, *_compiled(conn, _sqlite_json_stmt(scope, co_tenancy)),
                                     csv_out, json_out, batch_rows)
         else:
-            count = _copy_both(raw, *_compiled(conn, lineage_text_stmt(scope, dialect, co_tenancy)),
-                               csv_out, json_out, batch_rows)
+            segments = _segments(scope, expected_rows)
+            with _snapshot_twin(conn, co_rows) if len(segments) > 1 else nullcontext() as twin:
+                readers = [raw] if twin is None else [raw, twin]
+                if twin is None:
+                    segments = [scope]
+                statements = [_compiled(conn, lineage_text_stmt(segment, dialect, co_tenancy)) for segment in segments]
+                count = _copy_both(readers, statements, csv_out, json_out, batch_rows)
         json_out.write(json_split_tail(count))
     return WrittenPopulation(name, count, (csv_out.digest(f"data/{name}.csv"), json_out.digest(f"data/{name}.json")))
 
@@ -521,6 +531,61 @@ def _cancel(raw) -> None:
             stop()
         except Exception:  # noqa: BLE001 - best effort: the original error matters
             pass
+
+
+@contextmanager
+def _snapshot_twin(conn, co_rows: Sequence[CoTenancy]) -> Iterator[Any]:
+    """A second DBAPI connection in a transaction that reads exactly ``conn``'s snapshot, with the
+    co-tenancy table loaded when ``co_rows``; None when that cannot be guaranteed.
+
+    PostgreSQL: ``conn`` must be in a REPEATABLE READ (or SERIALIZABLE) transaction, as a pack
+    rendering is; its snapshot is exported (``pg_export_snapshot``) and the twin's REPEATABLE READ
+    transaction adopts it (``SET TRANSACTION SNAPSHOT``). None otherwise, and on SQLite. The twin does
+    not see changes ``conn`` has not committed (a pack rendering makes none). The connection goes
+    back to the pool afterwards, its temporary table dropped.
+    """
+    if conn.dialect.name != "postgresql" or not conn.in_transaction() \
+            or conn.get_isolation_level() not in ("REPEATABLE READ", "SERIALIZABLE"):
+        yield None
+        return
+    snapshot = conn.exec_driver_sql("SELECT pg_export_snapshot()").scalar_one()
+    fairy = conn.engine.raw_connection()
+    raw = fairy.driver_connection
+    try:
+        yield _pg_twin(raw, conn.dialect, snapshot, co_rows)
+    finally:
+        try:
+            _twin_cleanup(raw)
+        except Exception:  # noqa: BLE001 - e.g. a cancelled COPY left it unusable: discard it, keep the first error
+            fairy.invalidate()
+        fairy.close()
+
+
+def _pg_twin(raw, dialect, snapshot: str, co_rows: Sequence[CoTenancy]):
+    if not re.fullmatch(r"[0-9A-Fa-f-]+", snapshot):
+        raise RuntimeError(f"unexpected snapshot id {snapshot!r}")
+    raw.rollback()
+    raw.autocommit = True  # explicit BEGIN below: the snapshot must be set by its first statement
+    with raw.cursor() as cursor:
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        if co_rows:  # inside the transaction: rows committed after the adopted snapshot would be invisible
+            cursor.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
+            cursor.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
+            for index in CO_TENANCY.indexes:
+                cursor.execute(str(CreateIndex(index).compile(dialect=dialect)))
+            cursor.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) "
+                               "VALUES (%s, %s, %s, %s, %s)",
+                               [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows])
+            cursor.execute(f"ANALYZE {CO_TENANCY.name}")
+    return raw
+
+
+def _twin_cleanup(raw) -> None:
+    if raw.info.transaction_status != 0:  # not idle: end the transaction (the temporary table goes with it)
+        raw.execute("ROLLBACK")
+    raw.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
+    raw.autocommit = False
 
 
 def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
@@ -582,68 +647,121 @@ def _copy_chunks(raw, sql: str, params, options: str, batch_rows: int) -> Iterat
                     cursor.execute(f"RESET {setting}")
 
 
-READ_AHEAD_CHUNKS = 4
+READ_AHEAD_CHUNKS = 8
 _END = object()
 
 
-def _read_ahead(chunks: Iterator[tuple[bytearray, int]], raw, depth: int = READ_AHEAD_CHUNKS) -> Iterator[tuple[bytearray, int]]:
-    """``chunks`` (a COPY on connection ``raw``) read on a thread, at most ``depth`` chunks ahead.
+class _ReadAhead:
+    """The items of ``chunks`` (a COPY's chunks on connection ``raw``), read on a thread that starts at
+    once and stays at most ``depth`` items ahead of the caller; an iterator, closed by ``close()``.
 
     Why: read only as the caller asks, the server stops at each chunk (the socket's buffers fill)
     while the caller turns the previous one into text; read ahead, the server renders the next
-    chunks meanwhile, on the other core. If the caller stops early (an error, a closed generator),
-    the statement is cancelled and the thread ends before this returns; a reading error is raised here.
+    chunks meanwhile, on another core. A reading error is raised by ``next``. ``close()`` before the
+    end (the caller failed) cancels the statement and returns once the thread has ended; after the
+    end it only joins the thread (a late cancel request would hit the connection's next statement).
     """
-    ready: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
 
-    def produce() -> None:
+    def __init__(self, chunks: Iterator[Any], raw, depth: int = READ_AHEAD_CHUNKS) -> None:
+        self._chunks, self._raw = chunks, raw
+        self._ready: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._produce, name="pack-lineage-copy", daemon=True)
+        self._thread.start()
+
+    def _produce(self) -> None:
         try:
-            for item in chunks:
-                while not stop.is_set():
+            for item in self._chunks:
+                while not self._stop.is_set():
                     try:
-                        ready.put(item, timeout=0.1)
+                        self._ready.put(item, timeout=0.1)
                         break
                     except queue.Full:
                         continue
-                if stop.is_set():
+                if self._stop.is_set():
                     return
-            ready.put(_END)
+            self._ready.put(_END)
         except BaseException as exc:  # noqa: BLE001 - handed to the reading caller
-            ready.put(exc)
+            self._ready.put(exc)
         finally:
-            chunks.close()
+            self._chunks.close()
 
-    thread = threading.Thread(target=produce, name="pack-lineage-copy", daemon=True)
-    thread.start()
-    producing = True
-    try:
-        while (item := ready.get()) is not _END:
-            if isinstance(item, BaseException):
-                producing = False
-                raise item
-            yield item
-        producing = False
-    finally:
-        if producing:  # the caller stopped early: cancel the COPY (never once it has ended: a late
-            stop.set()  # cancel request would hit the connection's next statement)
-            _cancel(raw)
-            while thread.is_alive():  # unblock a waiting put, then wait for the cancelled COPY to end
+    def __iter__(self) -> "_ReadAhead":
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        item = self._ready.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop reading (cancel the COPY) unless the end was reached; wait for the thread."""
+        if not self._done:
+            self._done = True
+            self._stop.set()
+            _cancel(self._raw)
+            while self._thread.is_alive():  # unblock a waiting put, then wait for the cancelled COPY to end
                 try:
-                    ready.get(timeout=0.1)
+                    self._ready.get(timeout=0.1)
                 except queue.Empty:
                     pass
-        thread.join()
+        self._thread.join()
 
 
-def _copy_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int) -> int:
+SEGMENT_ROWS = 100_000  # transactions per time segment (on average) when two connections read the population
+MAX_SEGMENTS = 512
+
+
+def _segments(scope: Scope, expected_rows: int) -> list[Scope]:
+    """``scope`` cut into consecutive periods of equal length holding ``SEGMENT_ROWS`` transactions
+    on average (at most ``MAX_SEGMENTS``, never shorter than 1 ns); ``[scope]`` for fewer than two."""
+    n = min(expected_rows // SEGMENT_ROWS, MAX_SEGMENTS, scope.to_ns - scope.from_ns)
+    if n < 2:
+        return [scope]
+    bounds = [scope.from_ns + (scope.to_ns - scope.from_ns) * k // n for k in range(n)] + [scope.to_ns]
+    return [replace(scope, from_ns=a, to_ns=b) for a, b in zip(bounds, bounds[1:])]
+
+
+_SEGMENT_END = object()
+
+
+def _segment_chunks(raw, statements: Sequence[tuple[str, Any]], batch_rows: int) -> Iterator[Any]:
+    """The COPY chunks of each statement in turn, each statement's followed by ``_SEGMENT_END``."""
+    for sql, params in statements:
+        yield from _copy_chunks(raw, sql, params, JSON_COPY_OPTIONS, batch_rows)
+        yield _SEGMENT_END
+
+
+def _copy_both(readers: Sequence[Any], statements: Sequence[tuple[str, Any]], csv_out: "TextSink",
+               json_out: "TextSink", batch_rows: int) -> int:
+    """Write the rows of ``statements`` (consecutive segments of the population), in order, to both
+    files; segment ``k`` is read by ``readers[k % len(readers)]`` (connections on one snapshot),
+    each reading its next segments ahead on its own thread. Returns the row count."""
     count = 0
-    for chunk, rows in _read_ahead(_copy_chunks(raw, sql, params, JSON_COPY_OPTIONS, batch_rows), raw):
-        json_rows = sqltext.json_rows_from_copy(chunk, rows)
-        json_out.write_bytes(b"\n" if count == 0 else b",\n")
-        json_out.write_bytes(json_rows)
-        csv_out.write_bytes(csv_rows_from_copy(chunk, rows, json_rows))
-        count += rows
+    streams = [_ReadAhead(_segment_chunks(raw, statements[i::len(readers)], batch_rows), raw) for i, raw in
+               enumerate(readers)]
+    try:
+        for k in range(len(statements)):
+            for item in streams[k % len(streams)]:
+                if item is _SEGMENT_END:
+                    break
+                chunk, rows = item
+                json_rows = sqltext.json_rows_from_copy(chunk, rows)
+                json_out.write_bytes(b"\n" if count == 0 else b",\n")
+                json_out.write_bytes(json_rows)
+                csv_out.write_bytes(csv_rows_from_copy(chunk, rows, json_rows))
+                count += rows
+    finally:
+        for stream in streams:  # stops a reader still running (an error here): cancels its COPY
+            stream.close()
     return count
 
 

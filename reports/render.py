@@ -591,7 +591,8 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
             if pdf and context["transactions"] >= PARALLEL_PDF_MIN_TRANSACTIONS:
                 pdf_job = _pdf_pool().submit(_write_pdf, html, tmp / "report.pdf", pack_id, scope.to_ns)
             try:
-                lineage = pop.write_lineage(session, scope, tmp / "data", co_tenancy=context["co_tenancy"])
+                lineage = pop.write_lineage(session, scope, tmp / "data", co_tenancy=context["co_tenancy"],
+                                            expected_rows=meta["counts"]["transaction_lineage"])
             except BaseException:
                 if pdf_job is not None:
                     pdf_job.cancel()

@@ -150,10 +150,16 @@ def test_co_tenant_namespaces_in_two_successive_renderings(sessions, tmp_path):
         assert co["txn-001"] == "kyc-docs;marketing-ml" and co["txn-011"] is None  # at 1 s and at 11 s
 
 
-def test_both_files_come_from_the_sessions_snapshot(sessions, tmp_path):
-    """Both files come from one pass over the session's snapshot: on PostgreSQL a transaction
-    committed elsewhere after the snapshot began is in neither file (REPEATABLE READ, as render_pack
-    reads); the co-tenancy table is joined; and without it both equal the Python writers' bytes."""
+def test_both_files_come_from_the_sessions_snapshot(sessions, tmp_path, monkeypatch):
+    """Both files come from one pass over the session's snapshot. PostgreSQL reads the population in
+    time segments on two connections (the session's and a twin adopting its exported snapshot): a
+    transaction committed elsewhere after the snapshot began is in neither file (REPEATABLE READ, as
+    render_pack reads), the co-tenancy table is joined on both, and the segments are written in
+    order: without co-tenancy both files equal the Python writers' bytes."""
+    monkeypatch.setattr(pop, "SEGMENT_ROWS", 4)
+    twins = []
+    real_twin = pop._snapshot_twin
+    monkeypatch.setattr(pop, "_snapshot_twin", lambda *args: twins.append(True) or real_twin(*args))
     _fill(sessions)
     scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
     want_csv, want_json, n = _reference(sessions, scope)
@@ -166,12 +172,14 @@ def test_both_files_come_from_the_sessions_snapshot(sessions, tmp_path):
         if postgresql:
             with sessions.begin() as other:
                 _add(other, 500, DAY_NS + 7_200 * 10**9, "txn-committed-later", "late", "exact")
-        written = pop.write_lineage(s, scope, tmp_path, batch_rows=4, co_tenancy=shared)
+        written = pop.write_lineage(s, scope, tmp_path, batch_rows=2, co_tenancy=shared, expected_rows=n)
+    assert twins == ([True] if postgresql else [])  # 16 rows, 4 segments
     got_csv = (tmp_path / "transaction_lineage.csv").read_bytes()
     got_json = (tmp_path / "transaction_lineage.json").read_bytes()
     columns, rows = split_table_bytes(got_json)
     objects = [dict(zip(columns, row)) for row in rows]
     assert written.count == len(objects) == n
+    assert [o["event_time_ns"] for o in objects] == sorted(o["event_time_ns"] for o in objects)
     assert len(list(csv.reader(io.StringIO(got_csv.decode(), newline="")))) == n + 1
     assert b"txn-committed-later" not in got_csv + got_json
     assert {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects}["txn-001"] == "kyc-docs"
@@ -181,18 +189,23 @@ def test_both_files_come_from_the_sessions_snapshot(sessions, tmp_path):
             other.execute(delete(Lineage).where(Lineage.record_id == 500))
             other.execute(delete(InferenceRecord).where(InferenceRecord.id == 500))
     with sessions() as s:
-        written = pop.write_lineage(s, scope, tmp_path / "plain", batch_rows=4)
+        if postgresql:
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+        written = pop.write_lineage(s, scope, tmp_path / "plain", batch_rows=3, expected_rows=n)
+    assert twins == ([True, True] if postgresql else [])
     assert (tmp_path / "plain/transaction_lineage.csv").read_bytes() == want_csv
     assert (tmp_path / "plain/transaction_lineage.json").read_bytes() == want_json
     assert written.count == n
 
 
 def test_a_failed_write_stops_the_read_ahead_copy(sessions, tmp_path, monkeypatch):
-    """PostgreSQL reads the COPY ahead on a thread: when turning a chunk into text fails, the error
-    is raised, the COPY is cancelled and its thread ended (no hang, no thread left), and the
-    connection serves the next transaction. SQLite fails the same way, with no thread."""
+    """PostgreSQL reads the COPY ahead on threads, in segments on two connections: when turning a
+    chunk into text fails, the error is raised, the COPYs are cancelled and their threads ended (no
+    hang, no thread left), and the connection serves the next transaction. SQLite fails the same
+    way, with no thread."""
     import threading
 
+    monkeypatch.setattr(pop, "SEGMENT_ROWS", 2)
     _fill(sessions)
     scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
     calls = []
@@ -202,8 +215,10 @@ def test_a_failed_write_stops_the_read_ahead_copy(sessions, tmp_path, monkeypatc
         raise OSError("No space left on device")
     monkeypatch.setattr(pop, "csv_rows_from_copy", failing)
     with sessions() as s:
+        if s.get_bind().dialect.name == "postgresql":
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ"})
         with pytest.raises(OSError, match="No space left"):
-            pop.write_lineage(s, scope, tmp_path, batch_rows=2)
+            pop.write_lineage(s, scope, tmp_path, batch_rows=2, expected_rows=len(NASTY) + 1)
         s.rollback()
         assert s.execute(select(func.count()).select_from(InferenceRecord)).scalar_one() == len(NASTY) + 2
     assert calls == [1]
@@ -271,3 +286,15 @@ def test_copy_rows_give_json_dumps_and_csv_line_for_random_text(pg_database_url,
         assert any(r[0] is None for r in rows) and any(r[-1] is None for r in rows)
         assert any(r[2] is None and r[3] is None for r in rows) and b',"",' in b"".join(messages)
         assert b'"null"' in b"".join(messages)
+
+
+def test_segments_cut_the_period_into_contiguous_pieces(monkeypatch):
+    monkeypatch.setattr(pop, "SEGMENT_ROWS", 100)
+    scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ("risk",))
+    assert pop._segments(scope, 199) == [scope]  # fewer than two segments' worth
+    pieces = pop._segments(scope, 1_000)
+    assert len(pieces) == 10 and pieces[0].from_ns == scope.from_ns and pieces[-1].to_ns == scope.to_ns
+    assert all(a.to_ns == b.from_ns for a, b in zip(pieces, pieces[1:]))
+    assert {(p.clusters, p.namespaces) for p in pieces} == {(("prod-eu-1",), ("risk",))}
+    assert len(pop._segments(scope, 10**9)) == pop.MAX_SEGMENTS
+    assert len(pop._segments(pop.Scope(DAY_NS, DAY_NS + 3), 10**9)) == 3  # never shorter than 1 ns
