@@ -147,3 +147,9 @@ def test_the_track2_hint_is_the_regex_search():
         assert pan._track2_hint(t) == expected, t
         hits += expected
     assert hits > 20
+
+
+def test_has_unicode_escape_is_the_substring_test():
+    assert sum(1 for t in CORPUS if "\\u" in t) > 1000
+    for t in CORPUS:
+        assert (pan.has_unicode_escape(t) is not None) == ("\\u" in t), t

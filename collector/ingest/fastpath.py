@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from collector.ingest import envelopes, timestamps
 from collector.ingest.jsondoc import JsonRejected
-from collector.ingest.pan import may_contain_pan
+from collector.ingest.pan import has_unicode_escape, may_contain_pan
 from collector.ingest.payloads import Rejected, _in_range, _scalar_text, aliased_id, aliased_text, detect_format, prepare
 from collector.ingest.record import (COLUMN_LIMITS, POSITION_CHARS, OutOfRange, attributes_json, coerce_latency_ms,
                                      ledger_template)
@@ -51,7 +51,7 @@ def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple
         line = data.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if "\x00" in line or "\\u" in line:  # the general path's "special" lines (sanitising, escapes)
+    if "\x00" in line or has_unicode_escape(line):  # the general path's "special" lines (sanitising, escapes)
         return None
     # The raw text's PAN pre-filter first: a line that may hold a PAN (one in twenty in the bench)
     # goes to the general path before it is decoded here, not after (it is decoded there again).
@@ -70,7 +70,7 @@ def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple
     if doc.get("_p") == "P" or doc.get("logtag") == "P":
         return None
     log = doc.get("log")
-    if log.__class__ is not str or log[:1] != "{" or log[-1:] != "}" or "\x00" in log or "\\u" in log:
+    if log.__class__ is not str or log[:1] != "{" or log[-1:] != "}" or "\x00" in log or has_unicode_escape(log):
         return None
     merged = next((doc[k] for k in _MERGE_KEYS if isinstance(doc.get(k), dict)), None)
     if merged is None or not parser._same_as_merged(log, merged):

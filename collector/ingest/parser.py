@@ -35,8 +35,8 @@ from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
-from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, mask_binary, mask_cut_end,
-                                  mask_exponent_numbers, mask_text, may_contain_pan)
+from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
+                                  mask_cut_end, mask_exponent_numbers, mask_text, may_contain_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -273,7 +273,8 @@ class LineParser:
         body = _strip(line)
         if not body.startswith("{"):
             raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
-        special = "\x00" in body or "\\u" in body  # one scan decides whether the slow sanitising checks run
+        # one scan decides whether the slow sanitising checks run
+        special = "\x00" in body or has_unicode_escape(body) is not None
         if not special:
             self._line_without_escapes = line  # the PAN pre-filter need not look for \u in it again
         decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special)
@@ -381,7 +382,7 @@ class LineParser:
             body = body[1:].lstrip()
         if not body.startswith("{"):
             raise Rejected("unparseable: the application line is plain text, not JSON")
-        special = "\x00" in body or "\\u" in body
+        special = "\x00" in body or has_unicode_escape(body) is not None
         if merged is not None and not special and self._same_as_merged(body, merged):
             return merged, []
         decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special)
