@@ -22,6 +22,7 @@ finaliser runs on inherited handles. Without ``fork`` (not POSIX) the run parses
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
 import os
@@ -93,8 +94,31 @@ def next_chunk(lines: Iterator[Line]) -> list[Line]:
     return chunk
 
 
+# glibc ``mallopt`` parameters (malloc.h): memory freed after a chunk stays in the worker's heap
+# for the next one instead of going back to the kernel and being faulted in again.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_TRIM_THRESHOLD_BYTES = 256 << 20
+_MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's maximum on 64-bit; above CHUNK_BYTES, so a chunk's buffers come from the heap
+
+
+def _keep_freed_memory() -> bool:
+    """Make this process's glibc malloc keep freed memory (no trim below 256 MiB free, no mmap for
+    blocks under 32 MiB). A worker allocates and frees a few MiB per chunk (the pickled chunk, its
+    lines, the units and their pickle): with glibc's defaults each chunk's memory was returned and
+    faulted in again, ~1.3 page faults per line (measured: 64 k minor faults and 0.17 s of system
+    time for 50 k lines, 3 µs per line; 6 k and 0.05 s with this). True when set; False where the
+    C library is not glibc (nothing changes)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)) and bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES))
+
+
 def _init_worker(parser_kwargs: dict[str, Any]) -> None:
     global _parser
+    _keep_freed_memory()
     _parser = LineParser(**parser_kwargs)
     # Everything inherited from the parent (the store, SQLAlchemy, the caller's own objects) lives
     # as long as the worker: out of the collector's sight, full collections scan only what parsing makes.
