@@ -12,6 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+
+def share_text(fraction: float) -> str:
+    """A share of the period (0..1) as text with one decimal: ``28.1 %``; a partial share is never
+    rounded to 0 or 100 % (``< 0.1 %``, ``> 99.9 %``): an auditor reads 100 % as complete coverage."""
+    if 0 < fraction < 0.0005:
+        return "< 0.1 %"
+    if 0.9995 <= fraction < 1:
+        return "> 99.9 %"
+    return f"{fraction * 100:.1f} %"
+
+
 # Section id → title, in report order. Templates use the ids as anchors.
 SECTIONS: list[tuple[str, str]] = [
     ("scope", "1. Scope and period"),
@@ -225,7 +236,7 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
             return (f"observation coverage is missing: {kind} in {cluster} was not synced at any time in the period "
                     "(section 2)")
         return None if share >= 1 else (f"observation coverage is partial: {kind} in {cluster} synced for "
-                                        f"{share * 100:.1f} % of the period (section 2)")
+                                        f"{share_text(share)} of the period (section 2)")
     if facts.counts.get(need, 0) > 0:
         return None
     return f"no {POPULATION_WORDS.get(need, need)} rows in the period (data/{need}.csv is empty)"

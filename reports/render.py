@@ -42,7 +42,7 @@ from collector.store.models import (AttributionSettings, EvidencePack, Inference
 from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import populations as pop
 from reports import scope_names
-from reports.controls import SECTIONS, PackFacts, controls_document
+from reports.controls import SECTIONS, PackFacts, controls_document, share_text
 from reports.finding_scope import scoped_evaluations, scoped_findings
 from reports.finding_text import Allocation, FindingFacts, describe, duration_text
 from reports.manifest import (
@@ -174,15 +174,6 @@ def _fmt_uuid(value: str | None) -> Markup:
     if value is None:
         return Markup("—")
     return Markup('<span class="uuid">{}</span>').format(Markup("-<wbr>").join(str(value).split("-")))
-
-
-def _fmt_pct(fraction: float) -> str:
-    """A share of the period with one decimal: ``28.1 %``; never rounds a partial share to 0 or 100 %."""
-    if 0 < fraction < 0.0005:
-        return "< 0.1 %"
-    if 0.9995 <= fraction < 1:
-        return "> 99.9 %"
-    return f"{fraction * 100:.1f} %"
 
 
 def _fmt_s(seconds: float) -> str:
@@ -517,7 +508,7 @@ def _environment() -> Environment:
     env.filters["dt"] = _fmt_dt
     env.filters["bytes"] = _fmt_bytes
     env.filters["dur"] = _fmt_s
-    env.filters["pct"] = _fmt_pct
+    env.filters["pct"] = share_text
     env.filters["uuid"] = _fmt_uuid
     env.globals["duration"] = duration_text
     env.filters["n"] = lambda v: f"{v:,}"  # thousands separated: 1,000,000
