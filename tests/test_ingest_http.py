@@ -60,6 +60,20 @@ def test_fluentbit_json_lines_gzip_then_retry_is_deduplicated(sessions, database
     assert count(sessions, InferenceRecord) == 2
 
 
+def test_a_gzip_body_sent_without_content_encoding_is_gunzipped(sessions, database_url):
+    """``curl --data-binary @file.jsonl.gz`` sends the gzip bytes with no Content-Encoding: the
+    magic bytes tell, and the lines are ingested rather than quarantined as binary noise."""
+    client = make_client(sessions, database_url)
+    body = gzip.compress((DATA / "fluentbit_merge_log_key.jsonl").read_bytes())
+    r = client.post("/v1/ingest", content=body, headers={**AUTH, "Content-Type": "application/gzip",
+                                                          "X-Request-Id": "curl-gz"})
+    assert r.status_code == 200, r.text
+    assert (r.json()["read"], r.json()["stored"], r.json()["quarantined"]) == (3, 2, 1)
+    assert count(sessions, InferenceRecord, source="http:curl-gz") == 2
+    truncated = client.post("/v1/ingest", content=body[:-9], headers=AUTH)
+    assert truncated.status_code == 400 and "gzip" in truncated.text
+
+
 def test_vector_json_array_body_elements_are_units(sessions, database_url):
     client = make_client(sessions, database_url)
     events = [json.loads(line) for line in (DATA / "vector.jsonl").read_text().splitlines()]

@@ -80,6 +80,10 @@ def _check_token(request: Request, settings: Settings) -> None:
 async def read_body(request: Request, max_bytes: int) -> bytes:
     """The request body, gunzipped when ``Content-Encoding: gzip``, never more than ``max_bytes``.
 
+    A body sent without ``Content-Encoding`` that starts with the gzip magic bytes (RFC 1952 §2.3.1:
+    ``1f 8b``; JSON text never starts so) is gunzipped too: ``curl --data-binary @day.jsonl.gz``
+    sends the file as it is, and storing its bytes as unparseable lines would lose the records.
+
     Raises:
         HttpProblem: 413 (too large, compressed or not), 415 (unknown encoding), 400 (bad gzip).
     """
@@ -96,7 +100,7 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     body = b"".join(chunks)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
-        return body
+        return gunzip_limited(body, max_bytes) if body[:2] == b"\x1f\x8b" else body
     if encoding not in ("gzip", "x-gzip"):
         raise HttpProblem(415, f"Content-Encoding {encoding!r} is not supported; send gzip or identity")
     return gunzip_limited(body, max_bytes)
