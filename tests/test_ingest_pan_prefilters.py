@@ -153,3 +153,32 @@ def test_has_unicode_escape_is_the_substring_test():
     assert sum(1 for t in CORPUS if "\\u" in t) > 1000
     for t in CORPUS:
         assert (pan.has_unicode_escape(t) is not None) == ("\\u" in t), t
+
+
+def _documents() -> list[dict]:
+    """Objects made of the corpus: its strings as keys and values, nested, with PAN-sized numbers
+    and the runtime time key a masker keeps integers under."""
+    docs = []
+    for i in range(0, 6000, 6):
+        a, b, c, d, e, f = CORPUS[i:i + 6]
+        docs.append({a: b, "message": c, "nested": {d: [e, f, 4111111111111111, 4.111111111111111e15]},
+                     "envelope.runtime_time_ns": 1741083300067462001, e: {}, "n": 7, f: None, "ok": True,
+                     Text(c): Text(d)})
+    return docs
+
+
+class Text(str):
+    """A ``str`` subclass: not the exact type the masker's shortcut takes."""
+
+
+def test_the_masker_masks_objects_as_it_does_field_by_field(monkeypatch):
+    def run():
+        masker = pan.PanMasker()
+        out = [masker.value(doc, frozenset({"envelope.runtime_time_ns"})) for doc in _documents()]
+        out += [masker.value(t) for t in CORPUS[:3000]]
+        return out, masker.masked
+
+    fast, fast_count = run()
+    assert fast_count > 1000
+    _without(monkeypatch, "_clean_ascii", lambda text: False)
+    assert run() == (fast, fast_count)

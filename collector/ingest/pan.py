@@ -875,6 +875,8 @@ class PanMasker:
         must not be garbled. Strings under those keys are still masked.
         """
         if isinstance(value, str):
+            if value.__class__ is str and value.isascii() and _clean_ascii(value):
+                return value  # what ``text`` returns for it (``mask_text``'s first test), without the calls
             return self.text(value)
         if isinstance(value, bool) or value is None:
             return value
@@ -895,9 +897,20 @@ class PanMasker:
                 return out
             return value
         if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k:
-                    v if (k in keep_int_keys and isinstance(v, int)) else self.value(v, keep_int_keys)
-                    for k, v in value.items()}
+            # ``{text(k): value(v)}`` (a key of ``keep_int_keys`` keeps an integer), a clean ASCII
+            # key or string value taken as it is in place of the calls (a line that may hold a PAN
+            # has every field masked: nearly all are clean)
+            out = {}
+            for k, v in value.items():
+                if k.__class__ is str:
+                    key = k if k.isascii() and _clean_ascii(k) else self.text(k)
+                else:
+                    key = self.text(k) if isinstance(k, str) else k
+                if v.__class__ is str:
+                    out[key] = v if v.isascii() and _clean_ascii(v) else self.text(v)
+                else:
+                    out[key] = v if (k in keep_int_keys and isinstance(v, int)) else self.value(v, keep_int_keys)
+            return out
         if isinstance(value, (list, tuple)):
             return [self.value(v, keep_int_keys) for v in value]
         return value
