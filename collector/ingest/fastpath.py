@@ -37,7 +37,12 @@ if TYPE_CHECKING:
 _MERGE_KEYS = envelopes._MERGE_LOG_KEY_GUESSES
 _EXTRAS = (("container_image", "container_image"), ("pod_ip", "pod_ip"), ("labels", "labels"))
 _NOT_EXTRA = (None, "", {})
-_LIMITED = tuple(COLUMN_LIMITS.items())
+# The limited columns in the order ``_record`` checks them; a column added to COLUMN_LIMITS must be added there too.
+_LIMITED_COLUMNS = ("transaction_id", "pod_namespace", "pod_name", "container_name", "node_name", "model_name",
+                    "model_version", "decision", "cluster")
+if tuple(COLUMN_LIMITS) != _LIMITED_COLUMNS:
+    raise ImportError("fastpath: record.COLUMN_LIMITS changed; check its columns in fastpath._record")
+_LIMITS = tuple(COLUMN_LIMITS[name] for name in _LIMITED_COLUMNS)
 
 
 def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple[Any, ...] | None:
@@ -115,10 +120,11 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     extras = {dst: k8s[src] for src, dst in _EXTRAS if k8s.get(src) not in _NOT_EXTRA}
     stream = envelopes._s(doc.get("stream"))
     env_warnings: list[str] = []
-    if "time" in doc:
-        runtime_ns, runtime_precision = _envelope_time(doc.get("time"), env_warnings)
-    elif "date" in doc:
-        runtime_ns, runtime_precision = _envelope_time(doc.get("date"), env_warnings)
+    if "time" in doc or "date" in doc:
+        value = doc["time"] if "time" in doc else doc["date"]
+        # parse_any's first step for the usual UTC text, without its frames
+        runtime = timestamps._utc_fast(value) if value.__class__ is str else None
+        runtime_ns, runtime_precision = runtime if runtime is not None else _envelope_time(value, env_warnings)
     else:
         runtime_ns, runtime_precision = None, 1
 
@@ -137,8 +143,9 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     else:
         extra = None
 
-    model_name, model_version, decision = (aliased_text(lookup, flat, name, consumed)
-                                           for name in ("model_name", "model_version", "decision"))
+    model_name = aliased_text(lookup, flat, "model_name", consumed)
+    model_version = aliased_text(lookup, flat, "model_version", consumed)
+    decision = aliased_text(lookup, flat, "decision", consumed)
     latency = None
     h = lookup(flat, "latency_ms")
     if h is not None:
@@ -167,11 +174,9 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     cluster = builder.cluster
     namespace = namespace or None
     model_name, model_version, decision = model_name or None, model_version or None, decision or None
-    checked = {"transaction_id": txn, "pod_namespace": namespace, "pod_name": pod_name, "container_name": container_name,
-               "node_name": node_name, "model_name": model_name, "model_version": model_version, "decision": decision,
-               "cluster": cluster}
-    for name, limit in _LIMITED:  # CanonicalRecord.too_long: the general path rejects (field-too-long)
-        v = checked[name]
+    # CanonicalRecord.too_long (the values in COLUMN_LIMITS' order): the general path rejects (field-too-long)
+    for v, limit in zip((txn, namespace, pod_name, container_name, node_name, model_name, model_version, decision,
+                         cluster), _LIMITS):
         if v is not None and len(v) > limit:
             return None
 
