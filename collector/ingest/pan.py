@@ -226,8 +226,16 @@ def _ascii_digit(match: re.Match[str]) -> str:
     return str(unicodedata.decimal(match.group()))
 
 
+# Luhn's doubled digit (2d, less 9 above 9) of each ASCII digit, as a byte value.
+_LUHN_DOUBLED = bytes.maketrans(b"0123456789", bytes([0, 2, 4, 6, 8, 1, 3, 5, 7, 9]))
+
+
 def luhn_ok(digits: str) -> bool:
     """True when ``digits`` (decimal digits, of any script) passes the Luhn mod-10 check (ISO/IEC 7812-1 annex B)."""
+    if digits.isascii() and digits.isdigit():  # in C: the undoubled digits summed, the doubled ones translated
+        data = digits.encode("ascii")
+        kept, doubled = data[-1::-2], data[-2::-2]
+        return (sum(kept) - 48 * len(kept) + sum(doubled.translate(_LUHN_DOUBLED))) % 10 == 0
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = ord(ch) - 48
@@ -549,7 +557,7 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     if text.isascii() and _clean_ascii(text):
         return text, 0
     masked, count = _mask_text(text, keep_otlp_times, windowed=len(text) >= WINDOWED_FROM_CHARS)
-    if "\\u" not in masked:
+    if ("\\u" not in masked) if len(masked) < WINDOWED_FROM_CHARS else (has_unicode_escape(masked) is None):
         return masked, count
     # Second pass over the digits written as escapes: the first has masked the PANs written
     # plainly (an escaped digit next to one must not hide it by making the run longer).
