@@ -123,3 +123,37 @@ def test_a_row_stored_by_a_concurrent_writer_after_the_lookup_counts_as_a_duplic
     assert len(set(ids)) == 27
     assert verdict.ok, verdict.first_break
     assert verdict.entries == 27 + 3
+
+
+def test_quarantine_rows_written_through_the_driver_compare_equal_through_core(sessions):
+    """``received_at`` is stored as Core binds it (SQLite: its ISO text, ``.000000`` for a whole
+    second), so a comparison made through Core finds the row; the ledger covers every row."""
+    from datetime import datetime, timezone
+
+    run = IngestRun(sessions, Settings(cluster="c1"), workers=1, batch_size=4)
+    run._write = _write_at(run, datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc))
+    run.ingest_stream(io.BytesIO(b"not json\nalso not json\n" + (APP % 1).encode() + b"\n"), "q.log")
+    counts = run.finish()
+    assert (counts.stored, counts.quarantined) == (1, 2)
+    with sessions() as s:
+        rows = s.scalars(select(Quarantine).where(
+            Quarantine.received_at == datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)).order_by(Quarantine.id)).all()
+        assert [(r.position, r.raw_text, r.reason.split(":")[0]) for r in rows] == [
+            ("1", "not json", "unparseable"), ("2", "also not json", "unparseable")]
+        verdict = ledger.verify(s)
+    assert verdict.ok and verdict.entries == 3
+
+
+def _write_at(run, now):
+    """``run._write`` with the receive time fixed at ``now``."""
+    from collector.ingest import writer
+
+    def write(outcomes):
+        with run.sessions() as session:
+            results = [writer.write_batch(session, outcomes[i:i + run.batch_size], run_id=run.run_id,
+                                          received_ns=int(now.timestamp()) * 1_000_000_000, received_at=now)
+                       for i in range(0, len(outcomes), run.batch_size)]
+            session.commit()
+        run.counts.stored += sum(r.stored for r in results)
+        run.counts.quarantined += sum(r.quarantined for r in results)
+    return write
