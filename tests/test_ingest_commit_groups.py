@@ -86,9 +86,12 @@ def test_batches_are_written_per_batch_size_and_committed_per_commit_units(sessi
     assert counts.reconciles and (counts.stored, counts.quarantined) == (23, 2)
 
 
-def test_commit_units_is_at_least_the_batch_size_and_http_mode_commits_once(sessions, monkeypatch):
+def test_commit_units_default_per_backend_at_least_the_batch_size_and_http_mode_commits_once(sessions, monkeypatch):
     assert IngestRun(sessions, Settings(cluster="c1"), batch_size=50, commit_units=10).commit_units == 50
-    assert IngestRun(sessions, Settings(cluster="c1")).commit_units == pipeline.DEFAULT_COMMIT_UNITS
+    # Groups by default on SQLite only (PostgreSQL commits every batch: see DEFAULT_COMMIT_UNITS).
+    sqlite = sessions.kw["bind"].dialect.name == "sqlite"
+    assert IngestRun(sessions, Settings(cluster="c1")).commit_units == (pipeline.DEFAULT_COMMIT_UNITS if sqlite else 2000)
+    assert IngestRun(None, Settings(cluster="c1")).commit_units == 2000
     commits = []
     real_write = IngestRun._write
     monkeypatch.setattr(IngestRun, "_write", lambda self, outcomes: (commits.append(len(outcomes)), real_write(self, outcomes)))

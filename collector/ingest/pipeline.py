@@ -6,9 +6,10 @@ request counts one unit per LogRecord, an HTTP JSON array one per element; blank
 units.
 
 Two commit modes: per group of batches (CLI: ``commit_units`` units, written ``batch_size`` at a
-time, then one commit; a crash loses at most the uncommitted group, and a rerun stores exactly
-those lines, finding the committed ones as duplicates) and one transaction per run (HTTP: the
-shipper gets 2xx only after everything of its request is committed, so a retry can never lose data).
+time, then one commit — on SQLite five batches, on PostgreSQL one; a crash loses at most the
+uncommitted group, and a rerun stores exactly those lines, finding the committed ones as
+duplicates) and one transaction per run (HTTP: the shipper gets 2xx only after everything of its
+request is committed, so a retry can never lose data).
 """
 
 from __future__ import annotations
@@ -34,12 +35,17 @@ from collector.ingest.writer import write_batch
 from collector.settings import Settings
 
 DEFAULT_BATCH_SIZE = 2000
-# Units per transaction in per-batch mode (CLI): five batches, then one commit. Measured (SQLite,
+# Units per transaction in per-batch mode (CLI) on SQLite: five batches, then one commit. Measured (SQLite,
 # 50 k Fluent Bit lines, writer only): a commit per 2 000 units cost 25 ms each, a third of the
 # writer's time — every commit of that size crossed SQLite's WAL autocheckpoint (1 000 pages), so
 # each one also checkpointed, and the random-order dedup_key index pages were rewritten to the WAL
 # and checkpointed once per batch instead of once per group; per 10 000 units: -15 % writer CPU.
+# Not on PostgreSQL, which commits every batch: there a transaction holds the ledger's advisory
+# lock from its first batch's entries to its commit, so a second batch inserted under it could wait
+# for a concurrent ingest's uncommitted key while that one waits for the lock (a deadlock); and a
+# commit there costs little. (SQLite's BEGIN IMMEDIATE serialises whole transactions: no such cycle.)
 DEFAULT_COMMIT_UNITS = 10_000
+AHEAD_UNITS = 10_000  # lines handed to parse workers beyond 2 chunks per worker (see _ingest_chunks)
 IN_FLIGHT_BYTES = 64 << 20  # input bytes of the chunks handed to parse workers and not taken back yet
 GC_YOUNG_THRESHOLD = 10_000  # allocations between young collections during a parallel run (Python's default: 700)
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -203,8 +209,8 @@ class IngestRun:
         one_transaction: write everything at ``finish()`` in one transaction (HTTP) instead of
             committing every ``commit_units`` units.
         batch_size: units per ``write_batch`` call (one dedupe lookup, one insert statement).
-        commit_units: units per transaction in per-batch mode (None: ``DEFAULT_COMMIT_UNITS``;
-            at least ``batch_size``).
+        commit_units: units per transaction in per-batch mode (None: ``DEFAULT_COMMIT_UNITS`` on
+            SQLite, ``batch_size`` otherwise; at least ``batch_size``).
         run_id: stored in every row; a new UUID when None.
         workers: parse worker processes for ``ingest_stream`` (``parse_pool``); None = one per
             CPU (at most ``parse_pool.MAX_WORKERS``); 1 = parse in this process. Used only once an
@@ -230,7 +236,11 @@ class IngestRun:
         self._pool: parse_pool.ParsePool | None = None
         self.one_transaction = one_transaction
         self.batch_size = batch_size
-        self.commit_units = max(batch_size, DEFAULT_COMMIT_UNITS if commit_units is None else commit_units)
+        if commit_units is None:
+            bind = getattr(session_factory, "kw", {}).get("bind")
+            sqlite = bind is not None and bind.dialect.name == "sqlite"
+            commit_units = DEFAULT_COMMIT_UNITS if sqlite else batch_size
+        self.commit_units = max(batch_size, commit_units)
         self.counts = IngestCounts()
         self._pending: list[Outcome] = []
         self._pan_reported = 0
@@ -296,7 +306,7 @@ class IngestRun:
         # this process writes and commits a whole group (``commit_units``), bounded in bytes. With
         # 2 × workers chunks ahead the workers finished them during the write and waited (measured,
         # 100 k Fluent Bit lines, SQLite, 2 CPUs: 6.9-7.6 s -> 5.3 s wall, the same CPU time).
-        ahead = 2 * self.workers + -(-self.commit_units // parse_pool.CHUNK_LINES)
+        ahead = 2 * self.workers + -(-max(self.commit_units, AHEAD_UNITS) // parse_pool.CHUNK_LINES)
         in_flight: deque[tuple[list[parse_pool.Line], Any]] = deque()
         in_flight_bytes = 0
         while True:
