@@ -68,3 +68,25 @@ def test_a_datadog_decimal_id_is_still_converted():
     assert normalise_trace_id(str(n), "dd.trace_id") == f"{n:032x}" != str(n)
     assert normalise_span_id("1234567890123456", "dd.span_id") == f"{1234567890123456:016x}"
     assert normalise_span_id("1234567890123456", "spanId") == "1234567890123456"
+
+
+def test_a_kept_decoding_is_returned_once_for_the_same_text_and_flag():
+    from collector.ingest.jsondoc import Decoder
+
+    d = Decoder()
+    line = '{"kubernetes":{"pod_name":"p"},"log":"{\\"txn_id\\":\\"T-1\\"}","n":1.5}'
+    kept = d.decode(line, unicode_escapes=False, keep=True)
+    assert kept.by_orjson and kept.value["n"] == 1.5
+    assert d.decode(line, unicode_escapes=False) is kept          # the general path's decode of that line
+    again = d.decode(line, unicode_escapes=False)
+    assert again is not kept and again.value == kept.value        # once only
+    d.decode(line, unicode_escapes=False, keep=True)
+    assert d.decode(line, unicode_escapes=True) is not kept       # another flag: decoded anew
+    first = d.decode(line, unicode_escapes=False, keep=True)
+    d.forget()
+    assert d.decode(line, unicode_escapes=False) is not first
+    spaced = '{"a": 1}'                                             # not orjson's encoding: nothing kept
+    first = d.decode(spaced, keep=True)
+    assert d.decode(spaced) is not first
+    other = d.decode('{"b":2}', keep=True)
+    assert d.decode('{"c":3}').value == {"c": 3} and d.decode('{"b":2}') is not other  # any call drops it

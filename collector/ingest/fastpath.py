@@ -65,7 +65,8 @@ def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple
     decoder = parser._decoder
     decoder.saw_exponent = False
     try:
-        decoded = decoder.decode(line, unicode_escapes=False)
+        # kept for the general path, which decodes the line again when this one declines it
+        decoded = decoder.decode(line, unicode_escapes=False, keep=True)
     except JsonRejected:
         return None
     doc = decoded.value
@@ -83,9 +84,12 @@ def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple
     if decoder.saw_exponent:  # a number whose digits the text need not show: the general path masks
         return None
     try:
-        return _record(parser, doc, merged, data, source, position)
+        u = _record(parser, doc, merged, data, source, position)
     except (Rejected, OutOfRange):
         return None
+    if u is not None:
+        decoder.forget()
+    return u
 
 
 def _envelope_time(value: Any, warnings: list[str]) -> tuple[int | None, int]:

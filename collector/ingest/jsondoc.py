@@ -107,6 +107,7 @@ class Decoder:
         self._json = json.JSONDecoder(object_pairs_hook=_pairs_hook(self._conflicts), parse_float=self._float)
         self._exponent = False
         self._unchecked: list[bytes] = []  # orjson re-encodings not yet searched for large floats
+        self._kept: tuple[str, bool, Decoded] | None = None  # ``decode(keep=True)``'s answer, for the next call
 
     @property
     def saw_exponent(self) -> bool:
@@ -132,9 +133,19 @@ class Decoder:
             self._exponent = True
         return float(text)
 
-    def decode(self, text: str, *, unicode_escapes: bool = True) -> Decoded:
+    def forget(self) -> None:
+        """Drop an answer kept by ``decode(keep=True)``."""
+        self._kept = None
+
+    def decode(self, text: str, *, unicode_escapes: bool = True, keep: bool = False) -> Decoded:
         """Decode one JSON text (``unicode_escapes`` False: the caller knows ``text`` holds no ``\\u``,
         which spares a scan of it).
+
+        ``keep``: when orjson's value is taken because the text is its exact encoding (the branch
+        without side effects on this decoder), keep the answer for the next call: if that call
+        decodes an equal text with the same ``unicode_escapes``, it returns that very ``Decoded``
+        (the parse workers' fast path decodes a line, declines it, and the general path decodes
+        it again). Any next call drops it; so does ``forget``. The caller must not change the value.
 
         orjson decodes first; its value is used only when it is provably what the standard
         decoder with the duplicate-key hook returns; otherwise the standard decoder runs:
@@ -155,6 +166,11 @@ class Decoder:
             JsonRejected: ``nesting-too-deep`` (deeper than ``max_depth``) or ``unparseable``
                 (syntax error, with the character offset).
         """
+        kept = self._kept
+        if kept is not None:
+            self._kept = None
+            if kept[1] == unicode_escapes and kept[0] == text:
+                return kept[2]
         if nesting_depth(text, self.max_depth) > self.max_depth:
             raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels")
         if not unicode_escapes or ("\\u003a" not in text and "\\u003A" not in text):
@@ -168,7 +184,10 @@ class Decoder:
                 # every member kept (a dropped duplicate would shorten it), every number spelled
                 # in the text as decoded — the colon count and the exponent search are not needed.
                 if len(encoded) == len(text) and encoded == text.encode("utf-8"):
-                    return Decoded(value, by_orjson=True)
+                    decoded = Decoded(value, by_orjson=True)
+                    if keep:
+                        self._kept = (text, unicode_escapes, decoded)
+                    return decoded
                 # "+" first: one memchr pass; "e+" alone is a slow two-byte search ("e" is common).
                 if text.count(":") == encoded.count(b":") and not (b"+" in encoded and b"e+" in encoded):
                     self._unchecked.append(encoded)
