@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from collector.ingest.parser import LineParser
 
 _MERGE_KEYS = envelopes._MERGE_LOG_KEY_GUESSES
-_EXTRAS = (("container_image", "container_image"), ("pod_ip", "pod_ip"), ("labels", "labels"))
+# envelopes.fluent's extras (kubernetes key, extras key) with the attribute name RecordBuilder.build gives each
+_EXTRAS = tuple((src, f"envelope.{src}") for src in ("container_image", "pod_ip", "labels"))
 _NOT_EXTRA = (None, "", {})
 # The limited columns in the order ``_record`` checks them; a column added to COLUMN_LIMITS must be added there too.
 _LIMITED_COLUMNS = ("transaction_id", "pod_namespace", "pod_name", "container_name", "node_name", "model_name",
@@ -121,7 +122,7 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     # -- envelopes.fluent, for a "fluentbit" record whose payload is the raw ``log`` line --------------
     k8s = doc["kubernetes"]  # a dict: envelopes.detect said fluentbit by looking into it
     namespace, pod_name, pod_uid, node_name, container_name, container_id = _pod(k8s)
-    extras = {dst: k8s[src] for src, dst in _EXTRAS if k8s.get(src) not in _NOT_EXTRA}
+    extras = [(name, k8s[src]) for src, name in _EXTRAS if k8s.get(src) not in _NOT_EXTRA]
     stream = envelopes._s(doc.get("stream"))
     env_warnings: list[str] = []
     if "time" in doc or "date" in doc:
@@ -161,11 +162,15 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     tid = aliased_id(lookup, flat, "trace_id", consumed, warnings)
     sid = aliased_id(lookup, flat, "span_id", consumed, warnings)
 
-    attributes = {k: v for k, v in flat.items() if k not in consumed}
+    # ``{k: v for k, v in flat.items() if k not in consumed}`` (a C copy, then the few consumed keys
+    # out; the order of keys does not matter: the text is written with its keys sorted)
+    attributes = dict(flat)
+    for k in consumed:
+        attributes.pop(k, None)
     if extra:
         attributes.update(extra)
-    for k, v in extras.items():
-        attributes[f"envelope.{k}"] = v
+    for k, v in extras:
+        attributes[k] = v
     if stream:
         attributes["envelope.stream"] = stream
     if container_id:
