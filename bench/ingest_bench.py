@@ -34,11 +34,15 @@ serving the bench database (utime + stime from ``/proc``, when readable). Prints
 PostgreSQL: ``DRAUDIT_TEST_PG_URL`` (default ``postgresql://root@127.0.0.1:5432/test``) is an
 administrative URL; the bench creates and drops its own databases.
 
-Last measured (200 k lines, ``--repeat 1``, 2 cores shared with other jobs at load 3–5; the README's
-performance table has the quiet-machine figures and the back-to-back comparison): SQLite 3.6 k lines/s
-vs executemany 9.6 k rows/s = 0.37× (CPU per line: client 125 µs + workers 220 µs; raw 58 µs per
-row); PostgreSQL 2.4 k lines/s = 0.37× executemany (6.5 k rows/s), 0.16× COPY (15.4 k rows/s) (client
-73 + workers 205 + server 100 µs per line; COPY 51 µs per row). Target ≥ 0.5×: not met.
+Last measured — SQLite: 100 k lines, ``--repeat 1``, 2 cores shared with other jobs (load 2.0–2.7),
+two runs back to back after this round's parse-worker and writer changes: pipeline 21.3 k and 21.7 k
+lines/s vs executemany 51.0 k and 42.7 k rows/s = 0.42× and 0.51× (the floor moved with the load more
+than the pipeline did); CPU per line: client 36 / 35 µs + parse workers 45 / 46 µs; raw 15 / 18 µs per
+row (at the start of this round: 50 k lines, 0.37×, client 35 + workers 53 µs). PostgreSQL, not re-run (200 k
+lines, load 3–5, before this round): 2.4 k lines/s = 0.37× executemany (6.5 k rows/s), 0.16× COPY
+(15.4 k rows/s) (client 73 + workers 205 + server 100 µs per line; COPY 51 µs per row). The README's
+performance table has the quiet-machine figures. Target ≥ 0.5×: reached on SQLite in one run of two,
+not shown on PostgreSQL.
 """
 
 from __future__ import annotations
