@@ -216,3 +216,26 @@ def test_the_exponent_number_start_is_never_after_the_regex_match():
         elif t.isascii():
             assert first == -1, t  # in ASCII text it answers exactly
     assert found_some > 3000
+
+
+def test_the_remembered_answer_is_read_with_its_own_text():
+    """A caller interrupted while it compares the remembered text (another thread, HTTP ingest, asks
+    about another text meanwhile) still gets the answer that goes with the text it compared: the
+    text and its answer are replaced together, as one tuple."""
+    card, clean = "card 4111 1111 1111 1111", "scored"
+
+    class Interrupting(str):
+        armed = fired = False
+
+        def __eq__(self, other):
+            if Interrupting.armed and not Interrupting.fired:
+                Interrupting.fired = True
+                assert pan.may_contain_pan(clean) is False  # the other caller, in the middle of the comparison
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    assert pan.may_contain_pan(Interrupting(card)) is True  # remembered
+    Interrupting.armed = True
+    assert pan.may_contain_pan(card) is True  # compares the remembered text: interrupted there
+    assert Interrupting.fired

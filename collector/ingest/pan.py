@@ -124,16 +124,18 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escape
     if exponent_numbers or (unicode_escapes and has_unicode_escape(text)):
         return True
     # The parse workers' fast path asks about a line, declines it when the answer is True, and the
-    # general path asks again about the same text: the last answer is kept (a pure function).
+    # general path asks again about the same text: the last answer is kept (a pure function). One
+    # immutable tuple, replaced whole: a thread reads a text and the answer that goes with it.
+    global _LAST_VERDICT
     last = _LAST_VERDICT
     if last[0] == text and last[1] == unicode_escapes:
         return last[2]
     verdict = _may_contain_pan(text)
-    _LAST_VERDICT[:] = (text, unicode_escapes, verdict)
+    _LAST_VERDICT = (text, unicode_escapes, verdict)
     return verdict
 
 
-_LAST_VERDICT: list[Any] = [None, None, None]  # (text, unicode_escapes, may_contain_pan's answer)
+_LAST_VERDICT: tuple[Any, Any, bool] = (None, None, True)  # (text, unicode_escapes, may_contain_pan's answer)
 
 
 def _may_contain_pan(text: str) -> bool:
