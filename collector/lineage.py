@@ -16,9 +16,10 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
    ``pod_states`` rows, none valid at ``t``, is ``no-pod``; a uid never projected is kept (only pods
-   that reference claims are projected, so the chain then ends in ``no-claim``). A uid whose pod
+   that reference claims are projected, so the chain then ends in ``no-claim``) unless the record's
+   namespace and name are those of a pod observed at ``t`` (with another uid, then). A uid whose pod
    state at ``t`` contradicts the record's own namespace, name or node (each compared when the
-   record gives it) is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
+   record gives it), or such an unknown uid, is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
    (a uid copied from another pod's line, a shipper's stale metadata cache), so the uid is no
    evidence of which pod logged and the chain stops there. A ``no-pod`` whose
    key (uid, or namespace/name) has a pod state bound within ``clock_skew_s`` of ``t`` — logged just
@@ -361,8 +362,14 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     # A uid whose pod state at t has another namespace, name or node than the record says: the record
     # contradicts itself (a uid copied from another pod, a shipper's cache gone stale), so the uid is
     # no evidence of which pod logged (step 2: pod-identity-conflict).
+    # A uid never observed while the record's namespace/name is a pod observed at t (which has
+    # another uid): the same contradiction, seen from the name's side.
+    ps_named = PS.alias("ps_named")
+    unknown_uid_named = and_(PS.c.id.is_(None), exists().where(
+        ps_named.c.cluster == P.c.cluster, ps_named.c.namespace == P.c.pod_namespace,
+        ps_named.c.name == P.c.pod_name, _valid_at(ps_named, P.c.t)))
     conflict = case((or_(differs(P.c.pod_namespace, PS.c.namespace), differs(P.c.pod_name, PS.c.name),
-                         differs(P.c.node_name, PS.c.node_name)), 1), else_=0)
+                         differs(P.c.node_name, PS.c.node_name), unknown_uid_named), 1), else_=0)
     by_uid = select(
         P.c.pid, P.c.pod_uid.label("pod_uid"), PS.c.namespace, PS.c.name, PS.c.node_name,
         PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, conflict.label("conflict"),
@@ -728,13 +735,15 @@ def _record_key(cluster: str) -> list[ColumnElement]:
 
 
 def _key_uids() -> Select:
-    """Rows for ``T_KEY_UIDS``: the pods a key may resolve to (its uid, or every pod that had the name)."""
+    """Rows for ``T_KEY_UIDS``: the pods a key may resolve to (its uid, or every pod that had the
+    name) and, for a key with both, the pods that had its name (the identity check of step 2 reads
+    their states: the key's segments must end where those do). Usually the uid's own pod."""
     K = T_KEYS
     return union(
         select(K.c.kid, K.c.cluster, K.c.k_uid.label("uid")).where(K.c.k_uid != ""),
         select(K.c.kid, K.c.cluster, PS.c.pod_uid.label("uid")).select_from(
             K.join(PS, and_(PS.c.cluster == K.c.cluster, PS.c.namespace == K.c.k_ns, PS.c.name == K.c.k_name))
-        ).where(K.c.k_uid == ""),
+        ).where(K.c.k_ns != "", K.c.k_name != ""),
     )
 
 

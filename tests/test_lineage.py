@@ -573,14 +573,23 @@ def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist):
     wrong_node = h.record("txn-wrong-node", t, pod_uid=risk, pod="fraud-scorer-7c9d4-s2rld", node="gpu-node-c")
     by_name = h.record("txn-by-name", t, pod="document-classifier-5d8f7-56b5z", namespace="kyc-docs",
                        node="gpu-node-c", container="classifier")
+    # Newcomer repro: a uid never observed, with the namespace/name of the risk pod observed then, was
+    # `no-claim` ("the pod had no claim"), though the pod of that name held one. Before the pod was
+    # observed, and for a name never observed, an unknown uid is kept (no-claim, as before).
+    unknown = "00000000-0000-0000-0000-000000000000"
+    unknown_uid = h.record("txn-unknown-uid", t, pod_uid=unknown, pod="fraud-scorer-7c9d4-s2rld")
+    unknown_before = h.record("txn-unknown-before", T0 - 60 * S, pod_uid=unknown, pod="fraud-scorer-7c9d4-s2rld")
+    unknown_name = h.record("txn-unknown-name", t, pod_uid=unknown, pod="batch-report-0")
     per_record = {row.record_id: (row.status, row.reason) for row in h.s.execute(lineage_select(cluster=CLUSTER))}
     attribute_run(h.s, cluster=CLUSTER)
-    got = {r: (lineage_of(h.s, r)["status"], lineage_of(h.s, r)["reason"])
-           for r in (consistent, uid_only, foreign, wrong_ns, wrong_node, by_name)}
+    records = (consistent, uid_only, foreign, wrong_ns, wrong_node, by_name, unknown_uid, unknown_before, unknown_name)
+    got = {r: (lineage_of(h.s, r)["status"], lineage_of(h.s, r)["reason"]) for r in records}
     assert got == per_record  # the segment timeline and the per-record rule agree
     conflict = ("unattributed", "pod-identity-conflict")
     assert got == {consistent: ("exact", None), uid_only: ("exact", None), foreign: conflict,
-                   wrong_ns: conflict, wrong_node: conflict, by_name: ("unattributed", "no-claim")}
+                   wrong_ns: conflict, wrong_node: conflict, by_name: ("unattributed", "no-claim"),
+                   unknown_uid: conflict, unknown_before: ("unattributed", "no-claim"),
+                   unknown_name: ("unattributed", "no-claim")}
     row = lineage_of(h.s, foreign)
     assert (row["pod_uid"], row["node_name"], row["claim_name"], row["physical_gpu_uuid"]) == (risk, None, None, None)
     assert kyc != risk
