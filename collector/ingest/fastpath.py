@@ -77,7 +77,10 @@ def unit(parser: "LineParser", data: bytes, source: str, position: str) -> tuple
     if doc.get("_p") == "P" or doc.get("logtag") == "P":
         return None
     log = doc.get("log")
-    if log.__class__ is not str or log[:1] != "{" or log[-1:] != "}" or "\x00" in log or has_unicode_escape(log):
+    # No NUL and no \u in ``log`` (the general path's "special" payload) without a look: the line
+    # has neither, and a decoded JSON string shows one only where its text has a \u escape (the
+    # JSON text of a NUL is \u0000, of a backslash before a u \\u or \u005c).
+    if log.__class__ is not str or log[:1] != "{" or log[-1:] != "}":
         return None
     merged = next((doc[k] for k in _MERGE_KEYS if isinstance(doc.get(k), dict)), None)
     if merged is None or not parser._same_as_merged(log, merged):
