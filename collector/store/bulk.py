@@ -8,6 +8,7 @@ moved with one ``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING``.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy import Column
@@ -108,8 +109,8 @@ def pg_copy_new(session: Session, table: str, columns: Sequence[str], rows: Sequ
         conn.exec_driver_sql("RELEASE SAVEPOINT draudit_copy_new")
         return None
     conn.exec_driver_sql("RELEASE SAVEPOINT draudit_copy_new")
-    at = [None if c == "id" else list(columns).index(c) for c in returning]
-    return [tuple(i if k is None else row[k] for k in at) for i, row in zip(ids, rows)]
+    # Column by column in C (a generator per row cost ~1 µs per row).
+    return list(zip(*(ids if c == "id" else map(itemgetter(list(columns).index(c)), rows) for c in returning)))
 
 
 def sqlite_insert_new(session: Session, table: str, insert_sql: str, rows: Sequence[Sequence[Any]],
