@@ -6,7 +6,8 @@
 #    ended_ns (null when open), open, duration_ns (from the start to its end, or to the last
 #    observation when open), from_ns, to_ns (clipped to the period), reason,
 #    state: "gap" (the watch stream was lost while the collector ran) or "stopped" (the collector
-#    shut down and has not run again; the evidence pack calls that "collector not running")}
+#    was not running: shut down, or crashed, until it ran again, or still; the evidence pack calls
+#    that "collector not running")}
 package draudit.coverage
 
 import data.draudit.lib

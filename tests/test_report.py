@@ -684,3 +684,22 @@ def test_lineage_names_the_other_namespaces_on_the_same_gpu_at_the_transaction_t
     second = render(sessions, tmp_path / "two", bundle, record=False, pdf=False)  # the temporary table is gone
     for name in ("transaction_lineage.csv", "transaction_lineage.json"):
         assert (first.path / "data" / name).read_bytes() == (second.path / "data" / name).read_bytes()
+
+
+def test_the_cover_states_unobserved_time_and_the_warnings_beside_violations(sessions, tmp_path, bundle):
+    """Newcomer: a pack whose period began 6 h before the collector first started said "Observation
+    gaps: 1 gap interval(s)…" on its cover and nothing of the 6 h section 2 shows as unobserved; and
+    with violations the cover's findings line left the warnings out."""
+    fill_store(sessions)
+    request = PackRequest(PERIOD_FROM - timedelta(hours=6), PERIOD_TO, (CLUSTER,), ())
+    result = render_pack(sessions, request, tmp_path / "pack", policy_bundle=bundle, pdf=False)
+    html = (result.path / "index.html").read_text()
+    cover = re.sub(r"<[^>]+>", "", html[:html.index('<nav class="toc">')])
+    assert ("1 gap interval(s) and 0 collector-not-running interval(s) in the period; 1 cluster/kind(s) partly "
+            "unobserved (no coverage record), up to 6h 00m 00s of the period — see section 2") in cover
+    findings = json.loads((result.path / "data" / "findings.json").read_text())
+    kinds = [row[findings["columns"].index("kind")] for row in findings["data"]]
+    violations = kinds.count("violation")
+    assert violations and len(kinds) > violations
+    assert f"{violations} violation(s)" in cover
+    assert f"and {len(kinds) - violations} warning(s)/observation(s)" in cover

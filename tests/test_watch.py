@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from collector.kube import reflector as reflector_module
 from collector.sim import Fault
 from collector.store import ledger
-from collector.store.models import ObjectVersion
+from collector.store.models import CoverageInterval, ObjectVersion
 from tests.watch_support import (FAST, claim, device_class, gaps, gpu_slice, pod, quarantined, resume_rv, start_watcher,
                                  stored_raw, versions, wait_until, watch_requests)
 
@@ -171,6 +171,15 @@ def test_6b_restart_within_history_gets_exact_events_and_no_gap(srv, sessions, w
     assert rows[2][1] == modified["metadata"]["resourceVersion"] and rows[4][1] == new["metadata"]["resourceVersion"]
     assert gaps(sessions) == []
     w2.stop()
+    # The time between the clean stop and the restart is recorded as the collector not running, per
+    # kind, from where the first run's synced interval ended to where the second run's began (without
+    # it a pack called that time "unobserved", as before the first start).
+    with sessions() as s:
+        rows = s.execute(select(CoverageInterval).where(CoverageInterval.kind == "ResourceClaim")
+                         .order_by(CoverageInterval.started_ns, CoverageInterval.id)).scalars().all()
+    assert [r.state for r in rows] == ["synced", "stopped", "synced"]
+    assert rows[0].ended_ns == rows[1].started_ns and rows[1].ended_ns == rows[2].started_ns
+    assert rows[1].reason == "collector stopped: not watching" and rows[1].ended_ns > rows[1].started_ns
 
 
 def test_7_410_on_resume_relists_after_at_most_one_watch(srv, sessions, watcher_factory):

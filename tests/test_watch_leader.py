@@ -104,6 +104,14 @@ def test_sigkill_loses_nothing_the_server_sends_again_on_resume(srv, tmp_path):
         assert sorted(r[1] for r in rows) == sorted(c["metadata"]["resourceVersion"] for c in created)  # each once
         with sessions() as s:
             assert ledger.verify(s).ok
+            from sqlalchemy import select
+
+            from collector.store.models import CoverageInterval
+            cov = s.execute(select(CoverageInterval).where(CoverageInterval.kind == "ResourceClaim")
+                            .order_by(CoverageInterval.started_ns, CoverageInterval.id)).scalars().all()
+        # synced until the killed run's last commit, then not running until the restart synced
+        assert [c.state for c in cov[:2]] == ["synced", "stopped"] and cov[0].ended_ns == cov[1].started_ns
+        assert cov[1].reason.startswith("collector not running: its previous run ended without a clean stop")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -389,11 +389,20 @@ class Recorder:
         st = self._ensure_state(s, spec, at_ns)
         if st.state == "gap":
             s_add_interval(s, self.cluster, spec.kind, "gap", st.state_since_ns, at_ns, st.state_from_rv, rv, st.state_reason)
+        elif st.state == "stopped":
+            # Back after a clean stop: the collector was not running in between (a pack shows it as
+            # such; leaving no interval there made it "unobserved", as before the first start).
+            s_add_interval(s, self.cluster, spec.kind, "stopped", st.state_since_ns, at_ns, st.state_from_rv, rv,
+                           STOPPED_REASON)
         elif st.state == "synced":
             # The previous run ended without closing its interval (crash or SIGKILL): it was synced
-            # until its last commit; the resume succeeded, so nothing was lost in between.
-            last_alive = max(st.state_since_ns, dt_to_ns(st.updated_at))
+            # until its last commit. The resume succeeded, so no event was lost, but none was seen
+            # when it happened until now: the collector was not running in between.
+            last_alive = min(max(st.state_since_ns, dt_to_ns(st.updated_at)), at_ns)
             s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, last_alive, st.state_from_rv, st.resource_version, None)
+            if last_alive < at_ns:
+                s_add_interval(s, self.cluster, spec.kind, "stopped", last_alive, at_ns, st.resource_version, rv,
+                               CRASHED_REASON)
         st.state, st.state_since_ns, st.state_from_rv, st.state_reason = "synced", at_ns, rv, None
         st.synced = True
         st.api_version = spec.version
@@ -407,6 +416,10 @@ class Recorder:
         gap_start = min(at_ns, max(st.state_since_ns, dt_to_ns(st.updated_at)))
         if st.state == "synced":
             s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, gap_start, st.state_from_rv, from_rv, None)
+        elif st.state == "stopped":  # the collector was not running until now: that, then the gap
+            s_add_interval(s, self.cluster, spec.kind, "stopped", st.state_since_ns, at_ns, st.state_from_rv, from_rv,
+                           STOPPED_REASON)
+            gap_start = at_ns
         if st.state != "gap":
             st.state, st.state_since_ns, st.state_from_rv, st.state_reason = "gap", gap_start, from_rv, reason
         st.synced = False
@@ -439,6 +452,10 @@ class Recorder:
             log.info("not the leader at shutdown: coverage left to the leader")
         except Exception as exc:  # noqa: BLE001
             log.warning("could not close coverage intervals at shutdown: %s", exc)
+
+
+STOPPED_REASON = "collector stopped: not watching"
+CRASHED_REASON = "collector not running: its previous run ended without a clean stop"
 
 
 def s_add_interval(s: Session, cluster: str, kind: str, state: str, started_ns: int, ended_ns: int,

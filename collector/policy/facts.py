@@ -37,7 +37,7 @@ The document (``build_facts(...)``)::
       "coverage_gaps": [                    # watcher gaps: closed (coverage_intervals) or open (watch_state)
         {"id": int | null, "cluster", "kind", "started_ns", "ended_ns": int | null, "open": bool,
          "duration_ns", "from_ns", "to_ns", "reason",
-         "state": "gap" | "stopped"}],      # stopped: the collector shut down, not running again
+         "state": "gap" | "stopped"}],      # stopped: the collector was not running (shut down or crashed)
       "attribution": {"records", "exact", "ambiguous", "unattributed", "pending",
                       "unattributed_records": [{"record_id", "transaction_id", "event_time_ns",
                                                 "reason", "pod_namespace", "pod_name"}]}
@@ -262,8 +262,8 @@ SELECT s.episode_id, e.cluster, e.claim_uid, e.namespace, e.claim_name, s.s, s.e
 """
 
 _CLOSED_GAPS = """
-SELECT id, cluster, kind, started_ns, ended_ns, reason FROM coverage_intervals
- WHERE state = 'gap' AND started_ns < :period_to AND ended_ns > :period_from {cluster_filter}
+SELECT id, cluster, kind, started_ns, ended_ns, reason, state FROM coverage_intervals
+ WHERE state IN ('gap', 'stopped') AND started_ns < :period_to AND ended_ns > :period_from {cluster_filter}
  ORDER BY cluster, kind, started_ns, id
 """
 
@@ -454,11 +454,11 @@ def _idle_allocations(conn: Any, params: dict[str, Any], clip: _Clipper) -> list
 def _coverage_gaps(conn: Any, params: dict[str, Any], clip: _Clipper, now_ns: int, cluster: str | None) -> list[dict[str, Any]]:
     gaps = []
     cluster_filter = "AND cluster = :cluster" if cluster else ""
-    for gap_id, gap_cluster, kind, started, ended, reason in conn.execute(
+    for gap_id, gap_cluster, kind, started, ended, reason, state in conn.execute(
             text(_CLOSED_GAPS.format(cluster_filter=cluster_filter)), params):
         gaps.append({"id": gap_id, "cluster": gap_cluster, "kind": kind, "started_ns": started, "ended_ns": ended,
                      "open": False, "duration_ns": ended - started, "from_ns": clip.start(started),
-                     "to_ns": clip.end(ended), "reason": reason, "state": "gap"})
+                     "to_ns": clip.end(ended), "reason": reason, "state": state})
     horizon = min(clip.hi, now_ns)
     for gap_cluster, kind, started, reason, state in conn.execute(text(_OPEN_GAPS.format(cluster_filter=cluster_filter)),
                                                                    params):
