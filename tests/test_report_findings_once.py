@@ -57,6 +57,9 @@ def test_one_incident_found_by_two_bundle_revisions_is_one_finding_naming_both(s
     assert html.count("isolation/cross-tenant-sharing by") == 1
     assert f"policy bundle revision {BANK[0]}" in html and f"policy bundle revision {SHIPPED[0]}" in html
     assert "(one decision, counted once; its text is from revision " + SHIPPED[0] in html
+    # the unapproved class was raised by one revision only: the pack says revisions may differ (newcomer)
+    assert "revisions evaluated this period: each finding names the revisions that raised it (section 6)" in html
+    assert "may come from their rules or parameters differing" in html
     # the bundles table counts the finding for each revision that found it, the severity count once
     bundles = re.findall(r"<tr><td>(draudit-policies[^<]*)</td>.*?<td class=\"num\">(\d+)</td></tr>",
                          (pack.path / "index.html").read_text())
