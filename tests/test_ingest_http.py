@@ -60,6 +60,29 @@ def test_fluentbit_json_lines_gzip_then_retry_is_deduplicated(sessions, database
     assert count(sessions, InferenceRecord) == 2
 
 
+def test_a_retried_body_without_request_id_is_quarantined_once(sessions, database_url):
+    """Newcomer: the same body posted again (a shipper's retry, Fluent Bit and Vector send no
+    X-Request-Id) added its quarantined lines again (26 -> 36 -> 46). The id now derives from the
+    body: a retry counts its lines as before (read = stored + duplicates + quarantined) but stores
+    no new quarantine row; another body, or a client's own X-Request-Id, is a new source."""
+    client = make_client(sessions, database_url)
+    body = (DATA / "fluentbit_merge_log_key.jsonl").read_bytes()
+    headers = {**AUTH, "Content-Type": "application/x-ndjson"}
+    first = client.post("/v1/ingest", content=body, headers=headers).json()
+    again = client.post("/v1/ingest", content=gzip.compress(body), headers={**headers, "Content-Encoding": "gzip"}).json()
+    assert first["request_id"] == again["request_id"] and first["request_id"].startswith("body-")
+    assert (first["read"], first["stored"], first["quarantined"]) == (3, 2, 1)
+    assert (again["read"], again["stored"], again["duplicates"], again["quarantined"]) == (3, 0, 2, 1)
+    assert count(sessions, Quarantine) == 1
+    other = client.post("/v1/ingest", content=body + b"\n", headers=headers).json()
+    assert other["request_id"] != first["request_id"]
+    named = client.post("/v1/ingest", content=body, headers={**headers, "X-Request-Id": "fb-7"}).json()
+    assert named["request_id"] == "fb-7"
+    assert count(sessions, Quarantine) == 3
+    with sessions() as s:
+        assert ledger.verify(s).ok
+
+
 def test_a_gzip_body_sent_without_content_encoding_is_gunzipped(sessions, database_url):
     """``curl --data-binary @file.jsonl.gz`` sends the gzip bytes with no Content-Encoding: the
     magic bytes tell, and the lines are ingested rather than quarantined as binary noise."""

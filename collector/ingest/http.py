@@ -24,6 +24,7 @@ else retries, and the retry is deduplicated. Database unavailable → 503 with `
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import io
 import json
@@ -198,6 +199,19 @@ def _request_id(request: Request) -> str:
     return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
 
 
+def _body_request_id(request: Request, body: bytes, provisional: str) -> str:
+    """The request's id once its body is read: the client's ``X-Request-Id`` when valid, else
+    ``body-`` and the first 32 hex digits of the SHA-256 of the (decompressed) body.
+
+    Why: a shipper that did not get the answer (timeout, restart) sends the same body again, usually
+    without a request id (Fluent Bit, Vector). Records are deduplicated by content anyway, but a
+    quarantined line is keyed by its source (``http:<request id>``) and position: with a random id
+    each retry quarantined it again. The same body now gets the same id, so a retry adds nothing.
+    """
+    given = request.headers.get("x-request-id", "")
+    return provisional if _REQUEST_ID.match(given) else "body-" + hashlib.sha256(body).hexdigest()[:32]
+
+
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
     """Feed an NDJSON body, a JSON-array body or a JSON-object stream to ``run`` (no commit).
 
@@ -257,6 +271,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
         _reject_msgpack(ctype)
         body = await read_body(request, settings.ingest_max_body_bytes)
         _reject_msgpack(ctype, body)
+        request_id = _body_request_id(request, body, request_id)
         source = f"http:{request_id}"
 
         def work() -> dict[str, Any]:
@@ -273,6 +288,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             raise HttpProblem(415, f"Content-Type {ctype or '(none)'!r} is not OTLP; send application/x-protobuf or application/json")
         as_json = ctype == "application/json"
         body = await read_body(request, settings.ingest_max_body_bytes)
+        request_id = _body_request_id(request, body, request_id)
         source = f"http:{request_id}"
 
         def work() -> tuple[bytes, str]:
