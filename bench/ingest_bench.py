@@ -34,19 +34,20 @@ serving the bench database (utime + stime from ``/proc``, when readable). Prints
 PostgreSQL: ``DRAUDIT_TEST_PG_URL`` (default ``postgresql://root@127.0.0.1:5432/test``) is an
 administrative URL; the bench creates and drops its own databases.
 
-Last measured — SQLite: 100 k lines, ``--repeat 1``, 2 cores shared with other jobs (load 2.0–2.7),
-two runs back to back after this round's parse-worker and writer changes: pipeline 21.3 k and 21.7 k
-lines/s vs executemany 51.0 k and 42.7 k rows/s = 0.42× and 0.51× (the floor moved with the load more
-than the pipeline did); CPU per line: client 36 / 35 µs + parse workers 45 / 46 µs; raw 15 / 18 µs per
-row (at the start of this round: 50 k lines, 0.37×, client 35 + workers 53 µs); two more runs with both
-backends (load 1.9–2.1): 21.6 k lines/s vs 44.6 k and 44.1 k rows/s = 0.48× and 0.49× (client 37 / 35 +
-workers 45 µs per line); the last, after the last worker changes (load 1.6–1.8): 22.4 k lines/s vs 45.4 k
-rows/s = 0.49× (client 34 + workers 45 µs per line; raw 17 µs per row). PostgreSQL, in the two runs before: 17.5 k lines/s = 0.66× executemany (26.3 k
-rows/s), 0.26× COPY (68.1 k rows/s) (client 27 + workers 50 + server 24 µs per line; COPY 17 µs per
-row), and under a load spike (3.1) 11.2 k lines/s = 0.51× / 0.27× (at the start of this round, 100 k
-lines, load 0.5–1.5: 0.85× / 0.27×, client 23 + workers 54 + server 25 µs per line). The README's
-performance table has the quiet-machine figures. Target ≥ 0.5×: reached on SQLite in one run of five
-(0.48–0.49× in the three quietest); on PostgreSQL against executemany, not against COPY.
+Last measured — SQLite: 100 k lines, ``--repeat 1``, 2 cores shared with other jobs (load 2.0–2.7), two
+runs back to back after this round's parse-worker and writer changes: pipeline 21.3 k and 21.7 k lines/s
+vs executemany 51.0 k and 42.7 k rows/s = 0.42× and 0.51× (the floor moved with the load more than the
+pipeline did); CPU per line: client 36 / 35 µs + parse workers 45 / 46 µs; raw 15 / 18 µs per row (at
+the start of this round: 50 k lines, 0.37×, client 35 + workers 53 µs); two more runs with both backends
+(load 1.9–2.1): 21.6 k lines/s vs 44.6 k and 44.1 k rows/s = 0.48× and 0.49× (client 37 / 35 + workers
+45 µs per line); the last, after the last worker changes (load 1.6–1.8): 22.4 k lines/s vs 45.4 k rows/s
+= 0.49× (client 34 + workers 45 µs per line; raw 17 µs per row). PostgreSQL, in the two runs before:
+17.5 k lines/s = 0.66× executemany (26.3 k rows/s), 0.26× COPY (68.1 k rows/s) (client 27 + workers 50 +
+server 24 µs per line; COPY 17 µs per row), and under a load spike (3.1) 11.2 k lines/s = 0.51× / 0.27×
+(at the start of this round, 100 k lines, load 0.5–1.5: 0.85× / 0.27×, client 23 + workers 54 + server
+25 µs per line). The README's performance table has the quiet-machine figures. Target ≥ 0.5×: reached on
+SQLite in one run of five (0.48–0.49× in the three quietest); on PostgreSQL against executemany, not
+against COPY.
 """
 
 from __future__ import annotations
