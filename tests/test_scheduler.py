@@ -147,6 +147,14 @@ def test_failing_job_is_recorded_retried_and_does_not_stop_others(sessions, data
 
 
 def test_real_attribution_job_runs_against_the_store(sessions, database_url, tmp_path):
+    """The job's summary also says what it left pending (newcomer: "exact 0…" while records waited),
+    and `jobs list` shows it."""
+    later = datetime.now(timezone.utc) + timedelta(days=2)  # a wrong clock: pending, future-event-time
+    with sessions.begin() as s:
+        s.execute(insert(InferenceRecord).values(
+            transaction_id="txn-future", event_time_ns=dt_to_ns(later), event_time_precision_ns=1000,
+            received_ns=dt_to_ns(later), source_format="jsonl", envelope="plain", source="scoring.jsonl",
+            raw_sha256="00" * 32, dedup_key=content_hash("txn-future"), conflict=False))
     sched = build_scheduler(_settings(database_url, tmp_path), sessions, ScheduleConfig(), key="t-real")
     try:
         assert sched.run_now("attribution") == "success"
@@ -155,6 +163,11 @@ def test_real_attribution_job_runs_against_the_store(sessions, database_url, tmp
     with sessions() as s:
         run = s.execute(select(JobRun)).scalar_one()
     assert run.outcome == "success" and run.summary.startswith("attributed ")
+    assert run.summary.endswith("; pending: future-event-time 1")
+    res = CliRunner().invoke(cli, ["jobs", "list", "--database-url", database_url])
+    assert res.exit_code == 0, res.output
+    line = next(line for line in res.output.splitlines() if line.startswith("attribution"))
+    assert "success" in line and "pending: future-event-time 1" in line
 
 
 def _record(s, txn: str, when: datetime) -> int:

@@ -177,12 +177,18 @@ def jobs_list(database_url: str | None, output: str) -> None:
     if output == "json":
         echo_json(rows)
         return
-    header = ("JOB", "SCHEDULE", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OUTCOME", "ERROR")
+    header = ("JOB", "SCHEDULE", "NEXT RUN (UTC)", "LAST RUN (UTC)", "OUTCOME", "ERROR OR SUMMARY")
     table = [header] + [(r["job"], r["schedule"], r["next_run"] or "not scheduled", r["last_run"] or "never",
-                         r["outcome"] or "—", (r["error"] or "")[:60]) for r in rows]
+                         r["outcome"] or "—", _one_line(r["error"] or r["summary"] or "", 100)) for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+
+
+def _one_line(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with ``…`` (the JSON output has it whole)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 commands = [report_cmd, verify_cmd, keys_group, jobs_group]
