@@ -157,6 +157,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.functions import FunctionElement
 
 from collector.errors import UserError
+from collector.ingest.pan import mask_identifier
 from collector.store import ledger
 from collector.store.models import (
     AllocationEpisode,
@@ -1466,7 +1467,8 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     (``_awaiting_history``): then its status is ``not-attributed-yet`` with reason
     ``awaiting-history`` (within the skew tolerance of what the live watcher has recorded) or
     ``future-event-time`` (later than now + skew), never a verdict on history not observed yet.
-    An unknown id yields one document with status ``not-found``.
+    An unknown id yields one document with status ``not-found``. An id holding a card number
+    (``collector.ingest.pan.mask_identifier``) is found by its masked form, as ingestion stored it.
 
     One statement per id (``_TRACE``: records, lineage, pod name and co-tenants) for attributed
     records; a record attributed on the fly costs three more (``lineage_select``, ``_POD_NAME``,
@@ -1489,6 +1491,10 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     _generic_plans(session)
     for txn in transaction_ids:
         records, tenants = _trace_rows(session, txn, cluster)
+        if not records:
+            stored = mask_identifier(txn)[0]  # an id holding a card number is stored masked (ingest)
+            if stored != txn:
+                records, tenants = _trace_rows(session, stored, cluster)
         if not records:
             out.append(_empty_trace(txn))
             continue

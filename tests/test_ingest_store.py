@@ -338,9 +338,10 @@ def _otlp_line(txn: str, time_unix_nano: str) -> str:
 
 
 def test_out_of_range_numbers_are_quarantined_and_the_rest_of_the_file_is_stored(sessions, database_url, tmp_path):
-    """A latency beyond a double, a timestamp after 2262 (beyond a signed 64-bit ns count, the
-    column's type) as ISO text, OTLP fixed64, CRI runtime time or Log4j epoch seconds: one bad
-    value quarantines its line, never the run."""
+    """A timestamp after 2262 (beyond a signed 64-bit ns count, the column's type) as ISO text, OTLP
+    fixed64, CRI runtime time or Log4j epoch seconds: one bad value quarantines its line, never the
+    run. A latency beyond a double (or NaN) keeps its transaction: the latency is kept as text in the
+    attributes, with a warning (newcomer: "NaN" latency threw the transaction away)."""
     path = tmp_path / "app.log"
     lines = [
         _ecs("T-OK-1"),
@@ -354,15 +355,18 @@ def test_out_of_range_numbers_are_quarantined_and_the_rest_of_the_file_is_stored
     ]
     path.write_text("\n".join(lines) + "\n")
     counts = ingest_paths(sessions, settings_for(database_url), [path])
-    assert counts.as_dict() == {"read": 8, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 6,
+    assert counts.as_dict() == {"read": 8, "stored": 3, "duplicates": 0, "conflicts": 0, "quarantined": 5,
                                 "pan_masked": 0}
-    assert counts.reasons == {"bad-latency": 1, "bad-timestamp": 5}
+    assert counts.reasons == {"bad-timestamp": 5}
     with sessions() as s:
         stored = s.execute(select(InferenceRecord.transaction_id).order_by(InferenceRecord.id)).scalars().all()
         reasons = dict(s.execute(select(Quarantine.position, Quarantine.reason)).all())
+        lat = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-LAT")).scalar_one()
         assert ledger.verify(s).ok
-    assert stored == ["T-OK-1", "T-OK-2"]
-    assert "out of range" in reasons["2"] and "'latency_ms'" in reasons["2"]
+    assert stored == ["T-OK-1", "T-LAT", "T-OK-2"]
+    assert lat.latency_ms is None and lat.attributes["latency_ms"] == "1" + "0" * 400
+    assert "latency field 'latency_ms' is not a finite number of milliseconds; kept in attributes as text" in \
+        lat.attributes["draudit.warnings"]
     assert all("out of range" in reasons[p] for p in ("3", "4", "5:rl0.sl0.lr0", "6", "7"))
 
 

@@ -157,7 +157,7 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     latency = None
     h = lookup(flat, "latency_ms")
     if h is not None:
-        latency = coerce_latency_ms(h[1])  # OutOfRange: the general path rejects (bad-latency)
+        latency = coerce_latency_ms(h[1])  # OutOfRange: the general path keeps it as text, with a warning
         if latency is None:
             warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
         else:

@@ -887,6 +887,36 @@ def mask_binary(text: str) -> tuple[str, int]:
     return _LONG_DIGIT_RUN.subn(lambda m: mask_digits(m.group()), text)
 
 
+# A PAN as ``mask_digits`` leaves it: its first six digits (the issuer identification number) kept.
+_MASKED_PAN = re.compile(r"(\d)(\d)\d{4}\*{3,}\d{4}")
+
+
+def card_issuer_prefix(first: str, second: str) -> bool:
+    """Whether a number whose first two digits are ``first`` and ``second`` can be a payment card's
+    PAN by its issuer identification number (ISO/IEC 7812-1 major industry identifier and the
+    networks' ranges): 3 (American Express 34/37, Diners Club 30/36/38/39, JCB 35), 4 (Visa),
+    5 (Mastercard 51–55, Maestro), 6 (Discover, UnionPay, Maestro, RuPay), 22–27 (Mir 2200–2204,
+    Mastercard 2221–2720), 81–82 (RuPay, UnionPay). Not 0, 1, 20–21, 28–29, 7, 80, 83–89, 9:
+    years (``20261130-…``), snowflake and sequence ids start so."""
+    a, b = int(first), int(second)
+    return 3 <= a <= 6 or (a == 2 and 2 <= b <= 7) or (a == 8 and b in (1, 2))
+
+
+def mask_identifier(value: str) -> tuple[str, int]:
+    """``mask_text`` for an identifier (a transaction id): its PANs masked only when some masked
+    number starts as a payment card can (``card_issuer_prefix``); else ``value`` unchanged, 0.
+
+    Why: one number in ten passes the Luhn check, so numeric and date-based ids (``20261130-00012341``,
+    ``1000000000000107``) were masked like card numbers, lost for ``draudit trace``, and two ids
+    masked alike with the same content were stored as one transaction. A card number in an id field
+    is still masked: every PAN starts with one of those prefixes.
+    """
+    masked, n = mask_text(value)
+    if n and any(card_issuer_prefix(m.group(1), m.group(2)) for m in _MASKED_PAN.finditer(masked)):
+        return masked, n
+    return value, 0
+
+
 class NullMasker:
     """The ``PanMasker`` interface for input proven PAN-free by ``may_contain_pan``: returns values as given."""
 
@@ -894,6 +924,9 @@ class NullMasker:
     masked = 0
 
     def text(self, value: str, *, keep_otlp_times: bool = False) -> str:
+        return value
+
+    def identifier(self, value: str) -> str:
         return value
 
     def value(self, value: Any, keep_int_keys: frozenset[str] = frozenset()) -> Any:
@@ -919,6 +952,12 @@ class PanMasker:
     def text(self, value: str, *, keep_otlp_times: bool = False) -> str:
         """``value`` with every PAN masked (``keep_otlp_times``: see ``mask_text``)."""
         out, n = mask_text(value, keep_otlp_times=keep_otlp_times)
+        self.masked += n
+        return out
+
+    def identifier(self, value: str) -> str:
+        """``value`` (a transaction id) as ``mask_identifier`` gives it, counting what it masked."""
+        out, n = mask_identifier(value)
         self.masked += n
         return out
 

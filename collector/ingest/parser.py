@@ -16,8 +16,7 @@ and the position. Rejected text is PAN-masked and, for oversize lines, truncated
 Reason slugs: ``line-too-long``, ``not-utf8``, ``unparseable``, ``nesting-too-deep``,
 ``duplicate-key``, ``wrong-format``, ``missing-payload``, ``missing-transaction-id``,
 ``bad-transaction-id``, ``missing-event-time``, ``naive-timestamp``, ``bad-timestamp`` (also a time
-outside the signed 64-bit nanosecond range of ``event_time_ns``), ``bad-latency`` (a number that is
-not a finite double), ``field-too-long``, ``incomplete-partial``, ``malformed-otlp`` (an OTLP/JSON
+outside the signed 64-bit nanosecond range of ``event_time_ns``), ``field-too-long``, ``incomplete-partial``, ``malformed-otlp`` (an OTLP/JSON
 request with a member of the wrong type, named: ``otlp.OtlpMalformed``). Every numeric column value is
 range-checked while the record is built (``payloads.RecordBuilder``), never left to the database.
 """

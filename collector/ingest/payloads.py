@@ -155,8 +155,8 @@ class RecordBuilder:
 
         Raises:
             Rejected: missing/invalid transaction id, missing/naive/bad event time (also one
-                outside the ``event_time_ns`` column's range), a latency that is not a finite
-                double (``bad-latency``), a value too long for its column.
+                outside the ``event_time_ns`` column's range), a value too long for its column. A
+                latency that is not a finite double is a warning, kept in the attributes as text.
         """
         a = self.aliases
         consumed: set[str] = set()
@@ -191,16 +191,21 @@ class RecordBuilder:
         model_name, model_version, decision = (aliased_text(a.lookup, flat, name, consumed)
                                                for name in ("model_name", "model_version", "decision"))
         latency = None
+        unbounded_latency = None
         h = a.lookup(flat, "latency_ms")
         if h is not None:
             try:
                 latency = coerce_latency_ms(h[1])
-            except OutOfRange as exc:
-                raise Rejected(f"bad-latency: field {h[0]!r}: {exc}") from None
-            if latency is None:
-                warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
+            except OutOfRange:
+                # NaN, infinity, 1e400: the transaction is still evidence; only its latency is not a
+                # number the column holds (it was the whole line's quarantine)
+                unbounded_latency = h[0]
+                warnings.append(f"latency field {h[0]!r} is not a finite number of milliseconds; kept in attributes as text")
             else:
-                consumed.add(h[0])
+                if latency is None:
+                    warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
+                else:
+                    consumed.add(h[0])
         tid = normalise_trace_id(trace_id) if trace_id else None
         if tid is None:
             tid = aliased_id(a.lookup, flat, "trace_id", consumed, warnings)
@@ -209,6 +214,8 @@ class RecordBuilder:
             sid = aliased_id(a.lookup, flat, "span_id", consumed, warnings)
 
         attributes = {k: v for k, v in flat.items() if k not in consumed}
+        if unbounded_latency is not None and not isinstance(attributes[unbounded_latency], str):
+            attributes[unbounded_latency] = repr(attributes[unbounded_latency])  # JSON has no NaN or infinity
         attributes.update(extra)
         for k, v in env.extras.items():
             if not k.startswith("_"):
@@ -225,9 +232,12 @@ class RecordBuilder:
         if warnings:
             attributes["draudit.warnings"] = warnings
 
+        tid, sid = _no_card_number(masker, tid, "trace id", warnings), _no_card_number(masker, sid, "span id", warnings)
+        if warnings and "draudit.warnings" not in attributes:
+            attributes["draudit.warnings"] = warnings
         m = masker.text
         rec = CanonicalRecord(
-            transaction_id=m(txn), event_time_ns=time[0], event_time_precision_ns=time[1],
+            transaction_id=masker.identifier(txn), event_time_ns=time[0], event_time_precision_ns=time[1],
             source_format=fmt, envelope=env.kind, raw_sha256=raw_sha256, source=m(source),
             position=position, cluster=self.cluster,
             pod_uid=env.pod_uid, pod_uid_source="envelope" if env.pod_uid else None,
@@ -280,3 +290,13 @@ def aliased_id(lookup: Callable[[dict[str, Any], str], tuple[str, Any] | None], 
     else:
         consumed.add(h[0])
     return value
+
+
+def _no_card_number(masker: PanMasker | NullMasker, value: str | None, what: str, warnings: list[str]) -> str | None:
+    """A trace or span id (lower-case hex) whose digits, leading zeros aside, read as a card number
+    (``PanMasker.identifier``: a numeric id padded to 32 or 16 digits) is not stored: its column holds
+    hex, not a masked number. The warning says so; the masker counts it."""
+    if value is None or masker.identifier(value.lstrip("0")) == value.lstrip("0"):
+        return value
+    warnings.append(f"{what} not stored: its digits read as a card number (PAN)")
+    return None
