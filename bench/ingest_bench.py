@@ -20,10 +20,11 @@ Measured per backend, each on a freshly migrated database:
 - ``pipeline``: ``IngestRun`` over the file end to end (read, parse — in parse worker processes
   unless ``--workers 1``, which send each record back as a tuple of column values with its ledger
   leaf encoded up to the id, and take the lines of this shape through ``ingest.fastpath`` —, mask, dedupe
-  lookup, insert — PostgreSQL: COPY into a staging table, the lookup joined against it, then
-  ``INSERT … SELECT … ON CONFLICT DO NOTHING RETURNING``; SQLite: ``IN`` lookup, ``executemany`` of
-  ``INSERT … ON CONFLICT DO NOTHING`` —,
-  quarantine, ledger entries, commit per batch). Its client CPU time is this process plus its
+  lookup, insert — PostgreSQL: the lookup one ``= ANY(array)`` query, then the new records COPYed
+  straight into ``inference_records`` with ids drawn beforehand, under a savepoint (a key stored
+  meanwhile by another writer rolls it back to ``INSERT … ON CONFLICT DO NOTHING``); SQLite: ``IN``
+  lookup, ``executemany`` of ``INSERT … ON CONFLICT DO NOTHING`` —, quarantine, ledger entries;
+  a commit per batch of 2 000 on PostgreSQL, per 10 000 lines on SQLite). Its client CPU time is this process plus its
   parse workers (``RUSAGE_CHILDREN``: the workers are reaped at the end of the run), shown apart.
 
 Each measurement is repeated ``--repeat`` times (default 3, raw and pipeline alternating so load
@@ -34,19 +35,11 @@ serving the bench database (utime + stime from ``/proc``, when readable). Prints
 PostgreSQL: ``DRAUDIT_TEST_PG_URL`` (default ``postgresql://root@127.0.0.1:5432/test``) is an
 administrative URL; the bench creates and drops its own databases.
 
-Last measured — SQLite: 100 k lines, ``--repeat 1``, 2 cores shared with other jobs (load 2.0–2.7), two
-runs back to back after this round's parse-worker and writer changes: pipeline 21.3 k and 21.7 k lines/s
-vs executemany 51.0 k and 42.7 k rows/s = 0.42× and 0.51× (the floor moved with the load more than the
-pipeline did); CPU per line: client 36 / 35 µs + parse workers 45 / 46 µs; raw 15 / 18 µs per row (at
-the start of this round: 50 k lines, 0.37×, client 35 + workers 53 µs); two more runs with both backends
-(load 1.9–2.1): 21.6 k lines/s vs 44.6 k and 44.1 k rows/s = 0.48× and 0.49× (client 37 / 35 + workers
-45 µs per line); the last, after the last worker changes (load 1.6–1.8): 22.4 k lines/s vs 45.4 k rows/s
-= 0.49× (client 34 + workers 45 µs per line; raw 17 µs per row). PostgreSQL, in the two runs before:
-17.5 k lines/s = 0.66× executemany (26.3 k rows/s), 0.26× COPY (68.1 k rows/s) (client 27 + workers 50 +
-server 24 µs per line; COPY 17 µs per row), and under a load spike (3.1) 11.2 k lines/s = 0.51× / 0.27×
-(at the start of this round, 100 k lines, load 0.5–1.5: 0.85× / 0.27×, client 23 + workers 54 + server
-25 µs per line). The README's performance table has the quiet-machine figures. Target ≥ 0.5×: reached on
-SQLite in one run of five (0.48–0.49× in the three quietest); on PostgreSQL against executemany, not
+Last measured (100 k lines, ``--repeat 2``, both backends, the machine otherwise quiet): SQLite 22.7 k
+lines/s vs executemany 44.8 k rows/s = 0.51× (CPU per line: client 34 + parse workers 46 µs; raw 18 µs per
+row); PostgreSQL 19.5 k lines/s = 0.82× executemany (23.8 k rows/s), 0.27× COPY (71.2 k rows/s) (client
+24 + workers 47 + server 22 µs per line; COPY 17 µs per row). Shared with other jobs (load 2–4) the SQLite
+ratio was 0.34–0.51× over six runs. Target ≥ 0.5×: met against executemany (SQLite at the edge), not
 against COPY.
 """
 
