@@ -1458,7 +1458,8 @@ def _empty_trace(transaction_id: str) -> dict[str, Any]:
 
 
 def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DEFAULT_CLUSTER,
-          clock_skew_s: float = 2.0, serving_containers: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+          clock_skew_s: float = 2.0, serving_containers: Mapping[str, str] | None = None,
+          pan_token_key: bytes | None = None) -> list[dict[str, Any]]:
     """The lineage of each transaction id, in the order given, as JSON-ready documents.
 
     Each stored record of the id yields one document (an id stored twice with different content —
@@ -1468,7 +1469,8 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     ``awaiting-history`` (within the skew tolerance of what the live watcher has recorded) or
     ``future-event-time`` (later than now + skew), never a verdict on history not observed yet.
     An unknown id yields one document with status ``not-found``. An id holding a card number
-    (``collector.ingest.pan.mask_identifier``) is found by its masked form, as ingestion stored it.
+    (``collector.ingest.pan.mask_identifier``, with ``pan_token_key`` as ingestion had it) is found by
+    its masked form, as ingestion stored it, and its documents name that form, never the card number.
 
     One statement per id (``_TRACE``: records, lineage, pod name and co-tenants) for attributed
     records; a record attributed on the fly costs three more (``lineage_select``, ``_POD_NAME``,
@@ -1490,11 +1492,9 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     out: list[dict[str, Any]] = []
     _generic_plans(session)
     for txn in transaction_ids:
+        stored = mask_identifier(txn, pan_token_key)[0]  # an id holding a card number is stored masked
+        txn = stored  # and is echoed masked: a saved trace must not hold the card number either
         records, tenants = _trace_rows(session, txn, cluster)
-        if not records:
-            stored = mask_identifier(txn)[0]  # an id holding a card number is stored masked (ingest)
-            if stored != txn:
-                records, tenants = _trace_rows(session, stored, cluster)
         if not records:
             out.append(_empty_trace(txn))
             continue

@@ -38,6 +38,8 @@ ENV_VARS: dict[str, str] = {
     "DRAUDIT_INGEST_MAX_BODY_BYTES": "ingest_max_body_bytes",
     "DRAUDIT_INGEST_MAX_LINE_BYTES": "ingest_max_line_bytes",
     "DRAUDIT_INGEST_DEFAULT_TZ": "ingest_default_tz",
+    "DRAUDIT_PAN_TOKEN_KEY": "pan_token_key",
+    "DRAUDIT_PAN_TOKEN_KEY_FILE": "pan_token_key_file",
     "DRAUDIT_CLOCK_SKEW_S": "clock_skew_s",
     "DRAUDIT_SIGN_KEY": "sign_key",
     "DRAUDIT_PACK_DIR": "pack_dir",
@@ -76,6 +78,8 @@ class Settings:
     ingest_max_body_bytes: int = 16 * 1024 * 1024
     ingest_max_line_bytes: int = 64 * 1024
     ingest_default_tz: str | None = None
+    pan_token_key: str | None = None
+    pan_token_key_file: str | None = None
     clock_skew_s: float = 2.0
     sign_key: str | None = None
     pack_dir: Path = Path("./packs")
@@ -107,6 +111,23 @@ class Settings:
         """Return a copy with the non-``None`` overrides applied (CLI flags win over env)."""
         clean = {k: v for k, v in overrides.items() if v is not None}
         return replace(self, **clean) if clean else self
+
+    def resolved_pan_token_key(self) -> bytes | None:
+        """The key of masked transaction ids' tokens (``collector.ingest.pan.mask_identifier``):
+        ``pan_token_key`` or the content of ``pan_token_key_file``, as UTF-8 bytes; None when unset.
+
+        Raises:
+            UserError: the key file cannot be read.
+        """
+        if self.pan_token_key:
+            return self.pan_token_key.encode("utf-8")
+        if self.pan_token_key_file:
+            try:
+                return Path(self.pan_token_key_file).read_text().strip().encode("utf-8") or None
+            except OSError as exc:
+                raise UserError(f"DRAUDIT_PAN_TOKEN_KEY_FILE={self.pan_token_key_file}: cannot read it "
+                                f"({exc.strerror})") from exc
+        return None
 
     def resolved_ingest_token(self) -> str | None:
         """The bearer token for HTTP ingestion: ``ingest_token`` or the content of ``ingest_token_file``.

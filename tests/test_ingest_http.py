@@ -78,6 +78,8 @@ def test_a_retried_body_without_request_id_is_quarantined_once(sessions, databas
     assert other["request_id"] != first["request_id"]
     named = client.post("/v1/ingest", content=body, headers={**headers, "X-Request-Id": "fb-7"}).json()
     assert named["request_id"] == "fb-7"
+    card = client.post("/v1/ingest", content=body, headers={**headers, "X-Request-Id": "4111111111111111"}).json()
+    assert card["request_id"] == first["request_id"]  # a card number is never echoed nor stored as the source
     assert count(sessions, Quarantine) == 3
     with sessions() as s:
         assert ledger.verify(s).ok

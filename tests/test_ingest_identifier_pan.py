@@ -55,20 +55,22 @@ def ingested(sessions, database_url, tmp_path):
     lines.append(_line("4111111111111111"))
     lines.append(_line("TX-42", traceId="5555555555554444", spanId="4111111111111111"))
     lines.append(_line("TX-43", traceId="4bf92f3577b34da6a3ce929d0e0e4736", spanId="00f067aa0ba902b7"))
+    lines.append(_line("TX-44", traceId="41111111111111110000000000000000"))  # a card in the high half
     path.write_text("\n".join(lines) + "\n")
     return ingest_paths(sessions, settings_for(database_url), [path])
 
 
 def test_identifier_ids_are_stored_distinct_and_traced(sessions, ingested):
-    assert ingested.as_dict() == {"read": 6, "stored": 6, "duplicates": 0, "conflicts": 0, "quarantined": 0,
-                                  "pan_masked": 3}  # the card-number id, the trace id and the span id
+    assert ingested.as_dict() == {"read": 7, "stored": 7, "duplicates": 0, "conflicts": 0, "quarantined": 0,
+                                  "pan_masked": 4}  # the card-number id, two trace ids, the span id
     with sessions() as s:
         ids = s.execute(select(InferenceRecord.transaction_id).order_by(InferenceRecord.id)).scalars().all()
         docs = trace(s, ["20261130-00045341", "20261130-00125341", "1000000000000107", "4111111111111111"],
                      cluster="prod-eu")
-    assert ids == ["20261130-00045341", "20261130-00125341", "1000000000000107", "411111******1111", "TX-42", "TX-43"]
+    assert ids == ["20261130-00045341", "20261130-00125341", "1000000000000107", "411111******1111", "TX-42", "TX-43",
+                   "TX-44"]
     assert [d["status"] for d in docs].count("not-found") == 0
-    assert docs[3]["transaction_id"] == "4111111111111111" and docs[3]["record_id"] is not None
+    assert docs[3]["transaction_id"] == "411111******1111" and docs[3]["record_id"] is not None  # never echoed whole
 
 
 def test_card_numbers_in_trace_and_span_ids_are_not_stored(sessions, ingested, database_url):
@@ -80,7 +82,37 @@ def test_card_numbers_in_trace_and_span_ids_are_not_stored(sessions, ingested, d
     assert (card.trace_id, card.span_id) == (None, None)
     assert "trace id not stored: its digits read as a card number (PAN)" in card.attributes["draudit.warnings"]
     assert "span id not stored: its digits read as a card number (PAN)" in card.attributes["draudit.warnings"]
+    assert rows["TX-44"].trace_id is None
     plain = rows["TX-43"]
     assert (plain.trace_id, plain.span_id) == ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
     for value in ("5555555555554444", "4111111111111111"):
         assert value not in dump
+
+
+def test_with_a_token_key_masked_ids_stay_distinct_and_traceable(sessions, database_url, tmp_path):
+    """Second newcomer: ids that do start as a card can (``261130…``: a YYMMDD date inside
+    Mastercard's 2-series; snowflake ids from 4…) were masked alike and stored as one id, and trace
+    returned the other transaction too. With DRAUDIT_PAN_TOKEN_KEY each masked id carries a keyed
+    token (HMAC-SHA256): distinct ids stay distinct, trace finds each by the id as logged, and its
+    documents name the masked form, never the card number."""
+    ids = ["2611300000014242", "2611300000194242", "412345678901234579", "412345999901234579"]
+    path = tmp_path / "scoring.jsonl"
+    path.write_text("\n".join(_line(i) for i in ids) + "\n")
+    key_file = tmp_path / "pan-token.key"
+    key_file.write_text("an-operator-secret\n")
+    settings = settings_for(database_url, pan_token_key_file=str(key_file))
+    counts = ingest_paths(sessions, settings, [path])
+    assert (counts.stored, counts.duplicates, counts.conflicts, counts.pan_masked) == (4, 0, 0, 4)
+    key = settings.resolved_pan_token_key()
+    assert key == b"an-operator-secret"
+    with sessions() as s:
+        stored = s.execute(select(InferenceRecord.transaction_id).order_by(InferenceRecord.id)).scalars().all()
+        docs = trace(s, ids, cluster="prod-eu", pan_token_key=key)
+        keyless = trace(s, ids[:1], cluster="prod-eu")
+    assert stored == [mask_identifier(i, key)[0] for i in ids] and len(set(stored)) == 4
+    assert stored[0].startswith("261130******4242~") and len(stored[0]) == len("261130******4242~") + 16
+    assert len({d["record_id"] for d in docs}) == 4 and all(d["status"] != "not-found" for d in docs)
+    assert [d["transaction_id"] for d in docs] == stored
+    assert keyless[0]["status"] == "not-found" and keyless[0]["transaction_id"] == "261130******4242"
+    for doc in docs + keyless:
+        assert not any(i in json.dumps(doc) for i in ids)

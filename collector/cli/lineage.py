@@ -175,7 +175,7 @@ def trace_cmd(transaction_ids: tuple[str, ...], clock_skew_s: float | None, serv
     _engine, sessions = open_store(settings)
     with sessions() as session:
         docs = trace(session, transaction_ids, cluster=settings.cluster, clock_skew_s=settings.clock_skew_s,
-                     serving_containers=_serving_containers(serving))
+                     serving_containers=_serving_containers(serving), pan_token_key=settings.resolved_pan_token_key())
     if output == "json":
         echo_json(docs)
     else:

@@ -44,6 +44,7 @@ from starlette.routing import Route
 from collector.ingest.jsonarray import JsonArrayElements, feed_elements
 from collector.ingest.jsondoc import JsonRejected, decode
 from collector.ingest.otlp import OtlpMalformed, export_response, records_from_json, records_from_protobuf
+from collector.ingest.pan import mask_text
 from collector.ingest.pipeline import IngestRun
 from collector.ingest.timestamps import zone
 from collector.settings import Settings
@@ -196,7 +197,7 @@ def _new_run(settings: Settings, sessions: sessionmaker[Session], request_id: st
 
 def _request_id(request: Request) -> str:
     given = request.headers.get("x-request-id", "")
-    return given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+    return given if _REQUEST_ID.match(given) and not mask_text(given)[1] else uuid.uuid4().hex
 
 
 def _body_request_id(request: Request, body: bytes, provisional: str) -> str:
@@ -209,7 +210,9 @@ def _body_request_id(request: Request, body: bytes, provisional: str) -> str:
     each retry quarantined it again. The same body now gets the same id, so a retry adds nothing.
     """
     given = request.headers.get("x-request-id", "")
-    return provisional if _REQUEST_ID.match(given) else "body-" + hashlib.sha256(body).hexdigest()[:32]
+    if _REQUEST_ID.match(given) and not mask_text(given)[1]:  # a card number is never echoed or stored
+        return provisional
+    return "body-" + hashlib.sha256(body).hexdigest()[:32]
 
 
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:

@@ -38,6 +38,8 @@ masked too: over-masking loses a little detail, under-masking breaks the rule.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
@@ -902,17 +904,25 @@ def card_issuer_prefix(first: str, second: str) -> bool:
     return 3 <= a <= 6 or (a == 2 and 2 <= b <= 7) or (a == 8 and b in (1, 2))
 
 
-def mask_identifier(value: str) -> tuple[str, int]:
+def mask_identifier(value: str, key: bytes | None = None) -> tuple[str, int]:
     """``mask_text`` for an identifier (a transaction id): its PANs masked only when some masked
     number starts as a payment card can (``card_issuer_prefix``); else ``value`` unchanged, 0.
+    With ``key`` (``DRAUDIT_PAN_TOKEN_KEY``) a masked id ends with ``~`` and a token: the first 16
+    hex digits of HMAC-SHA256(key, value) (RFC 2104), so distinct ids stay distinct.
 
     Why: one number in ten passes the Luhn check, so numeric and date-based ids (``20261130-00012341``,
     ``1000000000000107``) were masked like card numbers, lost for ``draudit trace``, and two ids
     masked alike with the same content were stored as one transaction. A card number in an id field
-    is still masked: every PAN starts with one of those prefixes.
+    is still masked: every PAN starts with one of those prefixes. But so do ids of other shapes
+    (``261130…``: a date in Mastercard's 2-series; snowflake ids from 4…): without a key, two such
+    ids masked alike are one id in the store. The token is keyed (PCI DSS v4.0 3.5.1.1: a hash of a
+    PAN must be a keyed cryptographic hash), so it cannot be searched for the hidden digits without
+    the key, which the store never holds.
     """
     masked, n = mask_text(value)
     if n and any(card_issuer_prefix(m.group(1), m.group(2)) for m in _MASKED_PAN.finditer(masked)):
+        if key:
+            masked += "~" + hmac.new(key, value.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
         return masked, n
     return value, 0
 
@@ -944,10 +954,11 @@ class PanMasker:
     reach the database intact).
     """
 
-    __slots__ = ("masked",)
+    __slots__ = ("masked", "key")
 
-    def __init__(self) -> None:
+    def __init__(self, key: bytes | None = None) -> None:
         self.masked = 0
+        self.key = key  # for identifiers' tokens (``mask_identifier``)
 
     def text(self, value: str, *, keep_otlp_times: bool = False) -> str:
         """``value`` with every PAN masked (``keep_otlp_times``: see ``mask_text``)."""
@@ -956,8 +967,9 @@ class PanMasker:
         return out
 
     def identifier(self, value: str) -> str:
-        """``value`` (a transaction id) as ``mask_identifier`` gives it, counting what it masked."""
-        out, n = mask_identifier(value)
+        """``value`` (a transaction id) as ``mask_identifier`` gives it (with this masker's ``key``),
+        counting what it masked."""
+        out, n = mask_identifier(value, self.key)
         self.masked += n
         return out
 

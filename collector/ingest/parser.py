@@ -115,12 +115,12 @@ class LineParser:
     def __init__(self, *, aliases: AliasTable | None = None, default_tz: str | None = None,
                  cluster: str | None = None, max_line_bytes: int = 64 * 1024,
                  max_document_bytes: int = 16 * 1024 * 1024, max_depth: int = DEFAULT_MAX_DEPTH,
-                 forced: str | None = None) -> None:
+                 forced: str | None = None, pan_token_key: bytes | None = None) -> None:
         if forced not in (None, "auto") and forced not in FORMATS:
             raise ValueError(f"unknown format {forced!r}; use one of {', '.join(FORMATS)}")
         self.aliases = aliases or AliasTable()
         self.builder = RecordBuilder(self.aliases, default_tz, cluster)
-        self.masker = PanMasker()
+        self.masker = PanMasker(pan_token_key)
         self.max_line_bytes = max_line_bytes
         self.max_document_bytes = max(max_document_bytes, max_line_bytes)
         self.max_depth = max_depth

@@ -294,9 +294,13 @@ def aliased_id(lookup: Callable[[dict[str, Any], str], tuple[str, Any] | None], 
 
 def _no_card_number(masker: PanMasker | NullMasker, value: str | None, what: str, warnings: list[str]) -> str | None:
     """A trace or span id (lower-case hex) whose digits, leading zeros aside, read as a card number
-    (``PanMasker.identifier``: a numeric id padded to 32 or 16 digits) is not stored: its column holds
-    hex, not a masked number. The warning says so; the masker counts it."""
-    if value is None or masker.identifier(value.lstrip("0")) == value.lstrip("0"):
+    (``PanMasker.identifier``: a numeric id padded to 32 or 16 digits, or either 64-bit half of a
+    trace id) is not stored: its column holds hex, not a masked number. The warning says so; the
+    masker counts it."""
+    if value is None:
+        return value
+    parts = (value, value[:16], value[16:]) if len(value) == 32 else (value,)
+    if all(masker.identifier(p.lstrip("0")) == p.lstrip("0") for p in parts):
         return value
     warnings.append(f"{what} not stored: its digits read as a card number (PAN)")
     return None

@@ -230,7 +230,8 @@ class IngestRun:
         self.run_id = run_id or uuid.uuid4().hex
         self._parser_kwargs = dict(aliases=aliases, default_tz=settings.ingest_default_tz,
                                    cluster=cluster or settings.cluster, max_line_bytes=settings.ingest_max_line_bytes,
-                                   max_document_bytes=settings.ingest_max_body_bytes, forced=forced_format)
+                                   max_document_bytes=settings.ingest_max_body_bytes, forced=forced_format,
+                                   pan_token_key=settings.resolved_pan_token_key())
         self.parser = LineParser(**self._parser_kwargs)
         self.workers = 1 if one_transaction else (workers if workers is not None else parse_pool.default_workers())
         self._pool: parse_pool.ParsePool | None = None
