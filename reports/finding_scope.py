@@ -276,6 +276,15 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
             "bundle_digest": BUNDLE_SEPARATOR.join(b["digest"] for b in bundles), "bundles": bundles,
             "decided_by": {"revision": row.bundle_revision, "digest": row.bundle_digest}, "engine": row.engine,
             "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key})
-    out.findings.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), d["rule"], d["from_ns"] or 0,
-                                     d["finding_key"]))
+    out.findings.sort(key=_finding_order)
     return out
+
+
+def _finding_order(d: dict[str, Any]) -> tuple:
+    """Severity first; within one severity a finding about one transaction (its subjects name only
+    ``transactions``) after those about allocations, coverage or inventory: a burst of per-transaction
+    warnings must not push an incident out of the findings the pack spells out (the first
+    ``FINDING_DETAIL_LIMIT``; all are in data/findings.*). Then rule, start, key: a stable order."""
+    subjects = d["subjects"] if isinstance(d["subjects"], dict) else {}
+    per_transaction = bool(subjects) and set(subjects) <= {"transactions"}
+    return (SEVERITY_ORDER.get(d["severity"], 9), per_transaction, d["rule"], d["from_ns"] or 0, d["finding_key"])

@@ -76,7 +76,8 @@ STATUS_MEANINGS = {
     "skew-window": "an allocation change lies within the clock-skew tolerance of the transaction time",
     "several-pods": "more than one pod matched the transaction's pod reference",
     "several-devices": "the claim's request had more than one device at that time",
-    "coverage-gap": "the transaction time lies in an observation gap (section 2)",
+    "coverage-gap": "the transaction time lies in an observation gap or while the collector was not running "
+                    "(section 2): no device is stated",
     "no-pod": "no pod matched the transaction's pod reference at that time",
     "no-claim": "the pod had no claim for the transaction's container at that time",
     "no-allocation": "the claim was not allocated at that time",

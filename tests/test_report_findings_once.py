@@ -98,3 +98,25 @@ def test_a_gap_evaluated_by_windows_ending_at_different_times_keeps_the_latest_e
                        pdf=False, record=False)
     gaps = [f for f in records(pack.path / "data/findings.json") if f["rule"] == "coverage/observation-gap"]
     assert [(f["from_ns"], f["to_ns"]) for f in gaps] == [(ns(12), ns(18))]
+
+
+def test_per_transaction_warnings_do_not_push_an_incident_out_of_the_detailed_findings(sessions, tmp_path, bundle):
+    """Second newcomer: 1 269 `attribution/unattributed-transaction` warnings sorted before the
+    coverage warnings of the same severity (by rule), so only per-transaction findings were spelt out.
+    Within a severity, findings about one transaction now come after the others."""
+    fill_store(sessions)
+    with sessions.begin() as s:
+        for k in range(30):
+            _store(s, SHIPPED, 25 + k / 100, rule="attribution/unattributed-transaction",
+                   subjects={"transactions": [f"txn-{k:04d}"]}, frm=5 + k / 100, to=5 + k / 100, severity="medium")
+        _store(s, SHIPPED, 26, rule="coverage/observation-gap", subjects={"cluster": CLUSTER, "kinds": ["Pod"]},
+               frm=10, to=10.5, severity="medium")
+    pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,)), tmp_path / "p", policy_bundle=bundle,
+                       pdf=False, record=False)
+    findings = records(pack.path / "data/findings.json")
+    mediums = [f["rule"] for f in findings if f["severity"] == "medium"]
+    assert mediums.index("coverage/observation-gap") < mediums.index("attribution/unattributed-transaction")
+    assert mediums.count("attribution/unattributed-transaction") == 30
+    html = (pack.path / "index.html").read_text()
+    detailed = html[html.index('<section id="findings">'):]
+    assert "coverage/observation-gap by draudit-policies-2026.11.2" in _text(detailed)
