@@ -65,3 +65,22 @@ test_a_gap_found_through_a_later_window_keeps_its_own_start_and_duration if {
 	f.to_ns == 1764410600000000000
 	contains(f.message, "for 600000 ms")
 }
+
+test_short_gaps_that_add_up_are_one_finding if {
+	# a crash (43 s) and a clean restart (21 s) within one period: each under 60 s, 64 s together
+	crash := object.union(gap(31, 43, false), {"state": "stopped"})
+	restart := object.union(gap(32, 21, false), {"state": "stopped", "from_ns": 1764410100000000000, "to_ns": 1764410121000000000})
+	fs := coverage.findings with input as {"coverage_gaps": [crash, restart]} with data.draudit.params as params
+	count(fs) == 1
+	some f in fs
+	f.rule == "coverage/observation-gaps-add-up"
+	f.evidence == {"coverage_intervals": [31, 32]}
+	contains(f.message, "for 64000 ms in the period, in 2 intervals")
+	f.from_ns == 1764410000000000000
+	f.to_ns == 1764410121000000000
+}
+
+test_short_gaps_within_the_tolerance_together_are_tolerated if {
+	fs := coverage.findings with input as {"coverage_gaps": [gap(31, 30, false), object.union(gap(32, 30, false), {"from_ns": 1764410100000000000, "to_ns": 1764410130000000000})]} with data.draudit.params as params
+	count(fs) == 0
+}
