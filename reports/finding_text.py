@@ -86,6 +86,9 @@ class FindingFacts:
     nodes: dict[str, str] = field(default_factory=dict)
     stops: dict[str, int] = field(default_factory=dict)
     scope_namespaces: tuple[str, ...] = ()
+    # cluster → closed intervals (from_ns, to_ns, state) in which ResourceClaims were not observed
+    # (gap, or the collector not running): an allocation first seen at their end began at or before it
+    blind: dict[str, list[tuple[int, int, str]]] = field(default_factory=dict)
 
     def out_of_scope(self, namespace: str) -> bool:
         """True when the pack's namespace scope leaves ``namespace`` out (its pods are not in the pack)."""
@@ -266,13 +269,39 @@ def evidence_rows(evidence: Any, facts: FindingFacts) -> list[dict[str, Any]]:
 def describe(findings: Iterable[dict[str, Any]], facts: FindingFacts,
              tenant_of: Callable[[str], str]) -> list[dict[str, Any]]:
     """The findings with their reading added: ``headline``, ``parties``, ``subject_rows``,
-    ``evidence_rows``, ``duration`` and ``open_note`` (set when the interval runs past the
-    collector's last observation). The input dicts are not changed."""
+    ``evidence_rows``, ``duration``, ``open_note`` (set when the interval runs past the
+    collector's last observation) and ``start_note`` (set when it starts where the collector was
+    blind: ``unobserved_start``). The input dicts are not changed."""
     out = []
     for f in findings:
         who = parties(f, facts, tenant_of)
         out.append({**f, "parties": who, "headline": headline(f, who, facts), "subject_rows": subject_rows(f["subjects"]),
                     "evidence_rows": evidence_rows(f["evidence"], facts),
                     "duration": duration_text(f.get("from_ns"), _stop_within(f, facts) or f.get("to_ns")),
-                    "open_note": open_at_last_observation(stop) if (stop := _stop_within(f, facts)) else None})
+                    "open_note": open_at_last_observation(stop) if (stop := _stop_within(f, facts)) else None,
+                    "start_note": unobserved_start(f, facts)})
     return out
+
+
+# How long after a blind interval's end a first observation still counts as made at that end: the
+# relist that ends it is read before the interval is closed, its events a moment later.
+BLIND_END_TOLERANCE_NS = 5 * 10**9
+
+
+def unobserved_start(finding: dict[str, Any], facts: FindingFacts) -> str | None:
+    """For an allocation finding (not a coverage one) whose interval starts inside, or just at the end
+    of, an interval in which its cluster's ResourceClaims were not observed: the sentence saying its
+    start is the first observation, and that it may have begun as early as the blind interval's start.
+    None otherwise. Why: an allocation made while the collector was down is recorded when the collector
+    sees it again, so the interval (and its duration) is a lower bound."""
+    lo = finding.get("from_ns")
+    subjects = finding.get("subjects") if isinstance(finding.get("subjects"), dict) else {}
+    if lo is None or not (finding.get("physical_gpu_uuid") or "claims" in subjects):
+        return None  # not about an allocation (a coverage finding starts in its gap by definition)
+    for start, end, state in facts.blind.get(finding.get("cluster") or "", []):
+        if start <= lo <= end + BLIND_END_TOLERANCE_NS:
+            why = "the collector was not running" if state == "stopped" else "the watch of ResourceClaims was lost"
+            return (f"start not observed: {why} from {ns_to_rfc3339(start)} to {ns_to_rfc3339(end)}; the first "
+                    f"observation is {ns_to_rfc3339(lo)}, so this may have begun as early as {ns_to_rfc3339(start)} "
+                    "and lasted longer than stated")
+    return None

@@ -638,6 +638,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     col = _Collector(scope, stops)
     col.facts.stops = stops
     col.facts.scope_namespaces = scope.namespaces
+    for iv in coverage:  # where ResourceClaims were not observed: allocations first seen there began earlier
+        if iv["kind"] == "ResourceClaim" and iv["state"] != "synced" and iv["ended_ns"] is not None:
+            col.facts.blind.setdefault(iv["cluster"], []).append((iv["started_ns"], iv["ended_ns"], iv["state"]))
     counts: dict[str, int] = {}
     written: list[pop.WrittenPopulation] = []
     sinks = {"inventory": col.inventory_row, "allocation_episodes": col.episode_row,

@@ -703,3 +703,26 @@ def test_the_cover_states_unobserved_time_and_the_warnings_beside_violations(ses
     assert violations and len(kinds) > violations
     assert f"{violations} violation(s)" in cover
     assert f"and {len(kinds) - violations} warning(s)/observation(s)" in cover
+
+
+def test_a_finding_first_observed_when_the_watch_resumed_says_its_start_was_not_observed(sessions, tmp_path, bundle):
+    """Second newcomer: a sharing that began while the collector was down was reported from the
+    restart on, as if that were its start. A finding whose interval starts inside, or at the end of,
+    an interval in which ResourceClaims were not observed now says its start is a first observation."""
+    fill_store(sessions)  # ResourceClaim watch lost 10:00-10:05
+    with sessions.begin() as s:
+        row = {"finding_key": content_hash(["late-sharing"]), "cluster": CLUSTER, "rule": FINDING_RULE,
+               "severity": "high", "kind": "violation", "message": "tenants shared GPU after the gap",
+               "subjects": {"tenants": ["marketing", "risk"], "claims": ["marketing-ml/late", "risk-inference/late"]},
+               "evidence": None, "physical_gpu_uuid": GPU_A, "from_ns": ns(10 + 5 / 60) + 10**9, "to_ns": ns(11),
+               "period_from_ns": ns(0), "period_to_ns": ns(24), "bundle_revision": "2026.11.2",
+               "bundle_digest": "d1" * 32, "engine": "regorus", "evaluated_at": at(26)}
+        fid = s.execute(insert(Finding).values(**row).returning(Finding.id)).scalar_one()
+        ledger.append(s, "findings", [{**row, "id": fid}])
+    result = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ()), tmp_path / "pack",
+                         policy_bundle=bundle, pdf=False)
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (result.path / "index.html").read_text()))
+    assert ("start not observed: the watch of ResourceClaims was lost from 2026-11-28T10:00:00Z to "
+            "2026-11-28T10:05:00Z; the first observation is 2026-11-28T10:05:01Z, so this may have begun as early "
+            "as 2026-11-28T10:00:00Z and lasted longer than stated") in text
+    assert text.count("start not observed") == 1  # not the 03:00 sharing, nor the gap's own finding
