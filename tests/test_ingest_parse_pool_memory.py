@@ -40,3 +40,15 @@ def test_workers_fault_in_fewer_pages_than_they_parse_lines():
     faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - before
     assert len(units) == 30_000 and all(u[2] is not None for u in units)
     assert faults < 0.4 * len(units), faults
+
+
+def test_workers_run_nicer_than_the_writer():
+    """The writer commits; the workers yield the CPU to it (and to the watcher) when both want it."""
+    import os
+
+    pool = parse_pool.ParsePool(1, {"cluster": "c"})
+    try:
+        worker_nice = pool._pool.apply(os.nice, (0,))
+    finally:
+        pool.close()
+    assert worker_nice == os.nice(0) + parse_pool.WORKER_NICENESS
