@@ -726,3 +726,24 @@ def test_a_finding_first_observed_when_the_watch_resumed_says_its_start_was_not_
             "2026-11-28T10:05:00Z; the first observation is 2026-11-28T10:05:01Z, so this may have begun as early "
             "as 2026-11-28T10:00:00Z and lasted longer than stated") in text
     assert text.count("start not observed") == 1  # not the 03:00 sharing, nor the gap's own finding
+
+
+def test_a_crash_and_restart_is_listed_as_collector_not_running_with_its_reason(sessions, tmp_path, bundle):
+    """As the recorder writes it after a crash (collector.kube.recorder.CRASHED_REASON): a closed
+    'stopped' interval, shown under "Collector not running" with its end and why, counted in
+    section 2's not-running time, and not a gap."""
+    from collector.kube.recorder import CRASHED_REASON
+
+    fill_store(sessions)
+    with sessions.begin() as s:
+        row = {"cluster": CLUSTER, "kind": "ResourceClaim", "state": "stopped", "started_ns": ns(12),
+               "ended_ns": ns(12.25), "from_rv": "1500", "to_rv": "1510", "reason": CRASHED_REASON}
+        cid = s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()
+        ledger.append(s, "coverage_intervals", [{**row, "id": cid}])
+    result = render(sessions, tmp_path / "pack", bundle, pdf=False)
+    html = (result.path / "index.html").read_text()
+    coverage_html = html[html.index('<section id="coverage">'):html.index('<section id="inventory">')]
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", coverage_html))
+    assert "Collector not running" in text and "2026-11-28T12:15:00Z" in text and CRASHED_REASON in text
+    rc = next(k for k in result_meta(result.path)["coverage"]["kinds"] if k["kind"] == "ResourceClaim")
+    assert (rc["gaps"], rc["stopped_s"]) == (1, 900.0)
