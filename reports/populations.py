@@ -35,14 +35,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
+import os
 import queue
 import re
 import sqlite3
 import threading
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -494,11 +499,13 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows
     with TextSink(directory / f"{name}.csv", csv_line(LINEAGE_COLUMNS) + "\n", background=True) as csv_out, \
             TextSink(directory / f"{name}.json", json_split_head(LINEAGE_COLUMNS), background=True) as json_out:
         if dialect == "sqlite":
-            # One query on this thread: a second thread reading on its own connection cost 1.8x the CPU
-            # (the fetch loops fight for the GIL, which sqlite3 releases and takes back for every row).
-            with _utf8_bytes(raw):
-                count = _fetch_both(raw, *_compiled(conn, _sqlite_json_stmt(scope, co_tenancy)),
-                                    csv_out, json_out, batch_rows)
+            count = _sqlite_in_processes(conn, scope, co_rows, expected_rows, csv_out, json_out, batch_rows)
+            if count is None:
+                # One query on this thread: a second thread reading on its own connection cost 1.8x the CPU
+                # (the fetch loops fight for the GIL, which sqlite3 releases and takes back for every row).
+                with _utf8_bytes(raw):
+                    count = _fetch_both(raw, *_compiled(conn, _sqlite_json_stmt(scope, co_tenancy)),
+                                        csv_out, json_out, batch_rows)
         else:
             segments = _segments(scope, expected_rows)
             with _snapshot_twin(conn, co_rows) if len(segments) > 1 else nullcontext() as twin:
@@ -509,6 +516,88 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows
                 count = _copy_both(readers, statements, csv_out, json_out, batch_rows)
         json_out.write(json_split_tail(count))
     return WrittenPopulation(name, count, (csv_out.digest(f"data/{name}.csv"), json_out.digest(f"data/{name}.json")))
+
+
+SQLITE_PROCESS_MIN_ROWS = 2_000_000  # below, the processes cost more CPU than they save time (1 M: same wall, +40 % CPU)
+SQLITE_SEGMENTS_IN_FLIGHT = 4  # segments rendered or waiting, beyond the one being written: bounds memory
+
+
+def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expected_rows: int, csv_out: "TextSink",
+                         json_out: "TextSink", batch_rows: int) -> int | None:
+    """SQLite: the population in time segments (``_segments``) rendered by worker processes, each on
+    its own read-only connection (``_render_sqlite_segment``), written here in order; the row count.
+    None (the caller renders on its own connection) for fewer than ``SQLITE_PROCESS_MIN_ROWS``
+    expected rows, a database that is not a file, or a connection outside a transaction.
+
+    Why processes: SQLite renders the JSON in C, but ``sqlite3`` takes the GIL back for every row,
+    so a second thread only fought the first; a process renders on the other core. Why it is the
+    same snapshot: the pack's session holds SQLite's write lock (``BEGIN IMMEDIATE``,
+    ``collector.store.db``) from its first statement to its end, so no commit can happen meanwhile
+    and every reader sees what the session sees. The files are byte-identical to the one-connection
+    path (the same statement per segment, the same text conversion).
+    """
+    path = conn.engine.url.database
+    if expected_rows < SQLITE_PROCESS_MIN_ROWS or not path or path == ":memory:" or not conn.in_transaction():
+        return None
+    segments = _segments(scope, expected_rows)
+    if len(segments) < 2:
+        return None
+    co = [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows]
+    jobs = iter([_compiled(conn, _sqlite_json_stmt(segment, bool(co))) for segment in segments])
+    count = 0
+    with ProcessPoolExecutor(max_workers=max(2, min(os.cpu_count() or 2, 4)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        pending = deque(pool.submit(_render_sqlite_segment, str(Path(path).resolve()), sql, params, co, batch_rows)
+                        for sql, params in islice(jobs, SQLITE_SEGMENTS_IN_FLIGHT))
+        try:
+            while pending:
+                csv_text, json_text, rows = pending.popleft().result()
+                for sql, params in islice(jobs, 1):
+                    pending.append(pool.submit(_render_sqlite_segment, str(Path(path).resolve()), sql, params, co,
+                                               batch_rows))
+                if rows:
+                    json_out.write_bytes(b"\n" if count == 0 else b",\n")
+                    json_out.write_bytes(json_text)
+                    csv_out.write_bytes(csv_text)
+                    count += rows
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return count
+
+
+def _render_sqlite_segment(path: str, sql: str, params: Sequence[Any], co_rows: Sequence[tuple],
+                           batch_rows: int) -> tuple[bytes, bytes, int]:
+    """In a worker process: the rows of ``sql`` (a ``_sqlite_json_stmt``) on a read-only connection to
+    ``path``, as ``(csv lines, JSON data lines joined by ',' + LF, row count)``; ``co_rows`` loaded
+    into this connection's co-tenancy table first."""
+    raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if co_rows:
+            _sqlite_co_tenancy(raw, co_rows)
+        raw.text_factory = bytes
+        csv_parts, json_parts, count = [], [], 0
+        for rows in _fetched(raw, sql, params, batch_rows):
+            csv_rows, json_rows = csv_rows_from_json([r[0] for r in rows])
+            csv_parts.append(csv_rows)
+            json_parts.append(json_rows)
+            count += len(rows)
+        return b"".join(csv_parts), b",\n".join(json_parts), count
+    finally:
+        raw.close()
+
+
+def _sqlite_co_tenancy(raw: sqlite3.Connection, co_rows: Sequence[tuple]) -> None:
+    """``CO_TENANCY`` as a temporary table of this connection, holding ``co_rows``."""
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    dialect = sqlite_dialect.dialect()
+    raw.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
+    for index in CO_TENANCY.indexes:
+        raw.execute(str(CreateIndex(index).compile(dialect=dialect)))
+    raw.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) VALUES (?, ?, ?, ?, ?)",
+                    co_rows)
 
 
 @contextmanager

@@ -298,3 +298,34 @@ def test_segments_cut_the_period_into_contiguous_pieces(monkeypatch):
     assert {(p.clusters, p.namespaces) for p in pieces} == {(("prod-eu-1",), ("risk",))}
     assert len(pop._segments(scope, 10**9)) == pop.MAX_SEGMENTS
     assert len(pop._segments(pop.Scope(DAY_NS, DAY_NS + 3), 10**9)) == 3  # never shorter than 1 ns
+
+
+def test_sqlite_segments_rendered_in_processes_equal_the_python_writers(sessions, tmp_path, monkeypatch):
+    """SQLite, a large population: segments rendered by worker processes on read-only connections
+    (the session holds the write lock, so they read its snapshot), written in order: the same bytes
+    as the Python writers, with the co-tenancy table loaded in each worker."""
+    if sessions.kw["bind"].dialect.name != "sqlite":
+        pytest.skip("the process path is SQLite's")
+    monkeypatch.setattr(pop, "SQLITE_PROCESS_MIN_ROWS", 1)
+    monkeypatch.setattr(pop, "SEGMENT_ROWS", 3)
+    used = []
+    real = pop._sqlite_in_processes
+    monkeypatch.setattr(pop, "_sqlite_in_processes", lambda *a: used.append(real(*a)) or used[-1])
+    _fill(sessions)
+    scope = pop.Scope(DAY_NS, DAY_NS + 86_400 * 10**9, ("prod-eu-1",), ())
+    want_csv, want_json, n = _reference(sessions, scope)
+    with sessions() as s:
+        s.execute(select(func.count()).select_from(InferenceRecord)).scalar_one()  # in a transaction, as render_pack
+        written = pop.write_lineage(s, scope, tmp_path, batch_rows=2, expected_rows=n)
+    assert used == [n]  # the process path wrote them all
+    assert (tmp_path / "transaction_lineage.csv").read_bytes() == want_csv
+    assert (tmp_path / "transaction_lineage.json").read_bytes() == want_json
+    assert written.count == n
+    (tmp_path / "co").mkdir()
+    shared = [pop.CoTenancy("GPU-7f3c2a1e", "risk-inference", DAY_NS, DAY_NS + 10 * 10**9, "kyc-docs")]
+    with sessions() as s:
+        s.execute(select(func.count()).select_from(InferenceRecord)).scalar_one()
+        pop.write_lineage(s, scope, tmp_path / "co", batch_rows=2, co_tenancy=shared, expected_rows=n)
+    assert used[-1] == n
+    objects = records(tmp_path / "co" / "transaction_lineage.json")
+    assert {o["transaction_id"][:7]: o["co_tenant_namespaces"] for o in objects}["txn-001"] == "kyc-docs"
