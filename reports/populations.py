@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
-import os
 import queue
 import re
 import sqlite3
@@ -519,7 +518,9 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows
 
 
 SQLITE_PROCESS_MIN_ROWS = 2_000_000  # below, the processes cost more CPU than they save time (1 M: same wall, +40 % CPU)
-SQLITE_SEGMENTS_IN_FLIGHT = 4  # segments rendered or waiting, beyond the one being written: bounds memory
+# Segments rendered or waiting while one is written: bounds memory to about this many segments' text
+# (≈ 70 MB per 100 k transactions; segments are equal in time, so a burst makes one larger).
+SQLITE_SEGMENTS_IN_FLIGHT = 3
 
 
 def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expected_rows: int, csv_out: "TextSink",
@@ -545,7 +546,7 @@ def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expec
     co = [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows]
     jobs = iter([_compiled(conn, _sqlite_json_stmt(segment, bool(co))) for segment in segments])
     count = 0
-    with ProcessPoolExecutor(max_workers=max(2, min(os.cpu_count() or 2, 4)),
+    with ProcessPoolExecutor(max_workers=SQLITE_SEGMENTS_IN_FLIGHT - 1,
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         pending = deque(pool.submit(_render_sqlite_segment, str(Path(path).resolve()), sql, params, co, batch_rows)
                         for sql, params in islice(jobs, SQLITE_SEGMENTS_IN_FLIGHT))
