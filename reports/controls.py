@@ -210,6 +210,7 @@ class PackFacts:
     bundles: int = 0
     observed: bool | None = None
     findings: tuple[tuple[str, str], ...] = ()  # (rule, severity) of each finding of the pack, once per decision
+    partial_kinds: int = 0  # (cluster, kind) coverage rows synced for less than the whole period
 
     def observed_in_period(self) -> bool:
         """Whether the watcher synced anything in the period (see the class docstring)."""
@@ -235,8 +236,10 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
         if share <= 0:
             return (f"observation coverage is missing: {kind} in {cluster} was not synced at any time in the period "
                     "(section 2)")
+        others = (f"; the lowest of {facts.partial_kinds} partly synced cluster/kinds"
+                  if facts.partial_kinds > 1 else "")
         return None if share >= 1 else (f"observation coverage is partial: {kind} in {cluster} synced for "
-                                        f"{share_text(share)} of the period (section 2)")
+                                        f"{share_text(share)} of the period{others} (section 2)")
     if facts.counts.get(need, 0) > 0:
         return None
     return f"no {POPULATION_WORDS.get(need, need)} rows in the period (data/{need}.csv is empty)"

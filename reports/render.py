@@ -715,7 +715,9 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     cross = [s for s in segments if s.cross_tenant]
     lowest = min(((k["synced_fraction"], k["cluster"], k["kind"]) for k in cov_summary), default=None)
     observed = any(k["synced_s"] > 0 for k in cov_summary)  # a cluster never watched must not hide another's
+    partial_kinds = sum(1 for k in cov_summary if k["synced_fraction"] < 1)
     controls = controls_document(PackFacts(signed, counts, lowest, len(bundles), observed=observed,
+                                           partial_kinds=partial_kinds,
                                            findings=tuple((f["rule"], f["severity"]) for f in findings)))
     context = {
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,

@@ -42,6 +42,11 @@ def test_one_unobserved_cluster_of_an_observed_pack_is_partial_and_a_partial_sha
     monitoring = _by_id(PackFacts(True, COUNTS, (0.5, "bank-eu-inference-1", "Pod"), bundles=1))[MONITORING]
     assert (monitoring["status"], monitoring["status_reasons"]) == (PARTIAL, [
         "observation coverage is partial: Pod in bank-eu-inference-1 synced for 50.0 % of the period (section 2)"])
+    # the other partly synced kinds are counted (newcomer: the note named only one of four)
+    monitoring = _by_id(PackFacts(True, COUNTS, (0.5, "bank-eu-inference-1", "Pod"), bundles=1, partial_kinds=4))[MONITORING]
+    assert monitoring["status_reasons"] == [
+        "observation coverage is partial: Pod in bank-eu-inference-1 synced for 50.0 % of the period; the lowest of "
+        "4 partly synced cluster/kinds (section 2)"]
     # a gap of 30 s in a day, and 30 s synced in a day: never "100.0 %" nor "0.0 %"
     for share, text in ((1 - 30 / 86_400, "> 99.9 %"), (30 / 86_400, "< 0.1 %")):
         monitoring = _by_id(PackFacts(True, COUNTS, (share, "bank-eu-inference-1", "Pod"), bundles=1))[MONITORING]
