@@ -44,7 +44,7 @@ from reports import populations as pop
 from reports import scope_names
 from reports.controls import SECTIONS, PackFacts, controls_document, share_text
 from reports.finding_scope import scoped_evaluations, scoped_findings
-from reports.finding_text import Allocation, FindingFacts, describe, duration_text
+from reports.finding_text import Allocation, FindingFacts, describe, duration_text, unobserved_start
 from reports.manifest import (
     FileDigest,
     INTEGRITY_FILES,
@@ -736,7 +736,8 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         # coverage that supports a negative statement only for part of the period (the template qualifies it)
         "partial": ({"share": lowest[0], "cluster": lowest[1], "kind": lowest[2]}
                     if observed and lowest is not None and lowest[0] < 1 else None),
-        "segments": [s.row() for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
+        "segments": [{**s.row(), "start_note": _segment_start_note(s, col)}
+                     for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
         "findings": served_during(session, scope, describe(findings, col.facts, scope.tenant_of), stops),
         "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
@@ -760,6 +761,15 @@ def _write_text(root: Path, rel: str, text: str) -> FileDigest:
 
 
 _PDF_POOL: ProcessPoolExecutor | None = None
+
+
+def _segment_start_note(segment: Any, col: "_Collector") -> str | None:
+    """``finding_text.unobserved_start`` for a sharing interval (its GPU's cluster from the inventory)."""
+    clusters = {cluster for cluster, uuid in col.gpus if uuid == segment.physical_gpu_uuid}
+    if len(clusters) != 1:
+        return None
+    return unobserved_start({"from_ns": segment.from_ns, "cluster": clusters.pop(),
+                             "physical_gpu_uuid": segment.physical_gpu_uuid}, col.facts)
 
 
 def _pdf_pool() -> ProcessPoolExecutor:

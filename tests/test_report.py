@@ -719,9 +719,18 @@ def test_a_finding_first_observed_when_the_watch_resumed_says_its_start_was_not_
                "bundle_digest": "d1" * 32, "engine": "regorus", "evaluated_at": at(26)}
         fid = s.execute(insert(Finding).values(**row).returning(Finding.id)).scalar_one()
         ledger.append(s, "findings", [{**row, "id": fid}])
+        # and the sharing itself, first seen by the relist that ended the gap
+        first_seen = 10 + 5 / 60 + 1 / 3600
+        src = add_version(s, "ResourceClaim", "late-a", "claim-7", "1201", first_seen, namespace="risk-inference")
+        add_claim(s, src, "risk-inference", "late-a", "claim-7", "gpu-node-a", "gpu-0", first_seen, 11, "late-a-0")
+        add_claim(s, src, "marketing-ml", "late-b", "claim-8", "gpu-node-a", "gpu-0", first_seen, 11, "late-b-0")
     result = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ()), tmp_path / "pack",
                          policy_bundle=bundle, pdf=False)
-    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (result.path / "index.html").read_text()))
+    html = (result.path / "index.html").read_text()
+    sharing = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html[html.index('<section id="sharing">'):]))
+    assert sharing.count("first observed here: it may have begun earlier") == 1
+    assert "2026-11-28T10:05:01Z first observed here" in sharing
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
     assert ("start not observed: the watch of ResourceClaims was lost from 2026-11-28T10:00:00Z to "
             "2026-11-28T10:05:00Z; the first observation is 2026-11-28T10:05:01Z, so this may have begun as early "
             "as 2026-11-28T10:00:00Z and lasted longer than stated") in text
