@@ -506,3 +506,30 @@ def test_a_broken_kubeconfig_is_a_one_line_error_naming_the_file(tmp_path, conte
     with pytest.raises(UserError, match=expected) as err:
         make_api_client(kubeconfig=str(path))
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_kind_listed_again_while_synced_in_one_run_is_not_called_a_crash(sessions):
+    """The crash rule (a kind left 'synced' by the previous run: 'collector not running' from that
+    run's last sign of life) applies to a run's first synced state only: listed again in the same
+    run, a synced kind just starts a new synced interval, with nothing called not running."""
+    from collector.kube.discovery import watched_kinds
+    from collector.kube.recorder import Recorder
+
+    from collector.timeutil import now_ns
+
+    spec = next(k for k in watched_kinds("v1") if k.kind == "DeviceClass")
+    t1 = now_ns()
+    t2, t3 = t1 + 60 * 10**9, t1 + 120 * 10**9  # the second list a minute after the row's last commit
+    recorder = Recorder(sessions, "test-cluster")
+    recorder.start()
+    try:
+        recorder.submit_synced(spec, "100", t1)
+        assert recorder.flush()
+        recorder.submit_synced(spec, "200", t2)
+        assert recorder.flush()
+    finally:
+        recorder.stop(observed_until_ns={"DeviceClass": t3})
+    with sessions() as s:
+        rows = s.execute(select(CoverageInterval.state, CoverageInterval.started_ns, CoverageInterval.ended_ns)
+                         .order_by(CoverageInterval.started_ns)).all()
+    assert rows[:2] == [("synced", t1, t2), ("synced", t2, rows[1][2])] and "stopped" not in {r[0] for r in rows}

@@ -118,6 +118,9 @@ class FencedOut(Exception):
     """This replica lost the Lease: nothing may be committed any more."""
 
 
+_UNREAD = object()
+
+
 class Recorder:
     """Single-writer sink for every reflector of one cluster.
 
@@ -146,6 +149,8 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._status_lock = threading.Lock()
+        self._previous_alive_ns: Any = _UNREAD  # read in this run's first transaction
+        self._states_committed: set[str] = set()  # kinds whose coverage state this run has committed
 
     # -- Sink interface (called from reflector threads) -----------------------------------------
 
@@ -275,6 +280,8 @@ class Recorder:
         events: dict[str, tuple[KindSpec, list[ObservedEvent]]] = {}
         with self.sessions() as s:
             with s.begin():
+                if self._previous_alive_ns is _UNREAD:  # before this run's first write changes a row
+                    self._previous_alive_ns = self._read_previous_run_alive_ns(s)
                 for op in ops:
                     if op.kind == "barrier":
                         continue
@@ -313,6 +320,7 @@ class Recorder:
                 self.status.setdefault(kind, KindStatus()).resume_rv = rv
             for kind, state in states.items():
                 self.status.setdefault(kind, KindStatus()).state = state
+            self._states_committed.update(states)
             for kind, (rows, quarantined) in counts.items():
                 st = self.status.setdefault(kind, KindStatus())
                 st.rows += rows
@@ -394,11 +402,14 @@ class Recorder:
             # such; leaving no interval there made it "unobserved", as before the first start).
             s_add_interval(s, self.cluster, spec.kind, "stopped", st.state_since_ns, at_ns, st.state_from_rv, rv,
                            STOPPED_REASON)
+        elif st.state == "synced" and self._synced_in_this_run(spec.kind):
+            # synced again in this run (a list while synced): nothing was missed, one interval ends here
+            s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, at_ns, st.state_from_rv, rv, None)
         elif st.state == "synced":
             # The previous run ended without closing its interval (crash or SIGKILL): it was synced
-            # until its last commit. The resume succeeded, so no event was lost, but none was seen
-            # when it happened until now: the collector was not running in between.
-            last_alive = min(max(st.state_since_ns, dt_to_ns(st.updated_at)), at_ns)
+            # until it was last seen alive. The resume succeeded, so no event was lost, but none was
+            # seen when it happened until now: the collector was not running in between.
+            last_alive = min(max(st.state_since_ns, self._previous_run_alive_ns(s, st)), at_ns)
             s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, last_alive, st.state_from_rv, st.resource_version, None)
             if last_alive < at_ns:
                 s_add_interval(s, self.cluster, spec.kind, "stopped", last_alive, at_ns, st.resource_version, rv,
@@ -425,6 +436,25 @@ class Recorder:
         st.synced = False
         st.updated_at = datetime.now(timezone.utc)
         s.flush()
+
+    def _synced_in_this_run(self, kind: str) -> bool:
+        """Whether this run has committed a coverage state for ``kind`` (its row's state is then ours)."""
+        with self._status_lock:
+            return kind in self._states_committed
+
+    def _read_previous_run_alive_ns(self, s: Session) -> int | None:
+        """The last instant an earlier run is known to have been alive: its latest commit or bookmark
+        of any kind of this cluster (one process watches them all, so a quiet kind's watch was open
+        while another kind committed); read before this run changes any row. None: no earlier run."""
+        latest = s.execute(select(func.max(WatchState.updated_at)).where(WatchState.cluster == self.cluster)).scalar()
+        return None if latest is None else dt_to_ns(latest)
+
+    def _previous_run_alive_ns(self, s: Session, st: WatchState) -> int:
+        """For a kind the previous run left 'synced' (it crashed): when that run was last seen alive
+        (``_read_previous_run_alive_ns``). A kind's own last commit alone made a quiet kind
+        (ResourceSlices, DeviceClasses) "not running" from its last change on."""
+        alive = self._previous_alive_ns
+        return dt_to_ns(st.updated_at) if alive is _UNREAD or alive is None else alive
 
     def _ensure_state(self, s: Session, spec: KindSpec, at_ns: int) -> WatchState:
         st = self._state(s, spec.kind)
