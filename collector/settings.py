@@ -114,19 +114,24 @@ class Settings:
 
     def resolved_pan_token_key(self) -> bytes | None:
         """The key of masked transaction ids' tokens (``collector.ingest.pan.mask_identifier``):
-        ``pan_token_key`` or the content of ``pan_token_key_file``, as UTF-8 bytes; None when unset.
+        ``pan_token_key`` (it wins when both are set) or the content of ``pan_token_key_file``, as
+        UTF-8 bytes; None when neither is set.
 
         Raises:
-            UserError: the key file cannot be read.
+            UserError: the key file cannot be read, or is empty.
         """
         if self.pan_token_key:
             return self.pan_token_key.encode("utf-8")
         if self.pan_token_key_file:
             try:
-                return Path(self.pan_token_key_file).read_text().strip().encode("utf-8") or None
+                key = Path(self.pan_token_key_file).read_text().strip().encode("utf-8")
             except OSError as exc:
                 raise UserError(f"DRAUDIT_PAN_TOKEN_KEY_FILE={self.pan_token_key_file}: cannot read it "
                                 f"({exc.strerror})") from exc
+            if not key:  # a Secret mounted empty must not silently mean "no key"
+                raise UserError(f"DRAUDIT_PAN_TOKEN_KEY_FILE={self.pan_token_key_file}: the file is empty; put the "
+                                "key in it, or unset the variable to run without tokens")
+            return key
         return None
 
     def resolved_ingest_token(self) -> str | None:

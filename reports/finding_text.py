@@ -289,19 +289,24 @@ BLIND_END_TOLERANCE_NS = 5 * 10**9
 
 
 def unobserved_start(finding: dict[str, Any], facts: FindingFacts) -> str | None:
-    """For an allocation finding (not a coverage one) whose interval starts inside, or just at the end
-    of, an interval in which its cluster's ResourceClaims were not observed: the sentence saying its
-    start is the first observation, and that it may have begun as early as the blind interval's start.
-    None otherwise. Why: an allocation made while the collector was down is recorded when the collector
+    """For an allocation finding (not a coverage one) whose interval starts (or ends) inside, or just
+    at the end of, an interval in which its cluster's ResourceClaims were not observed: the sentence
+    saying its start is the first observation, and that it may have begun as early as the blind
+    interval's start (its end, that it may have ended that early). None otherwise. Why: an allocation made while the collector was down is recorded when the collector
     sees it again, so the interval (and its duration) is a lower bound."""
-    lo = finding.get("from_ns")
+    lo, hi = finding.get("from_ns"), finding.get("to_ns")
     subjects = finding.get("subjects") if isinstance(finding.get("subjects"), dict) else {}
     if lo is None or not (finding.get("physical_gpu_uuid") or "claims" in subjects):
         return None  # not about an allocation (a coverage finding starts in its gap by definition)
+    notes = []
     for start, end, state in facts.blind.get(finding.get("cluster") or "", []):
+        why = "the collector was not running" if state == "stopped" else "the watch of ResourceClaims was lost"
         if start <= lo <= end + BLIND_END_TOLERANCE_NS:
-            why = "the collector was not running" if state == "stopped" else "the watch of ResourceClaims was lost"
-            return (f"start not observed: {why} from {ns_to_rfc3339(start)} to {ns_to_rfc3339(end)}; the first "
-                    f"observation is {ns_to_rfc3339(lo)}, so this may have begun as early as {ns_to_rfc3339(start)} "
-                    "and lasted longer than stated")
-    return None
+            notes.append(f"start not observed: {why} from {ns_to_rfc3339(start)} to {ns_to_rfc3339(end)}; the first "
+                         f"observation is {ns_to_rfc3339(lo)}, so this may have begun as early as "
+                         f"{ns_to_rfc3339(start)} and lasted longer than stated")
+        if hi is not None and lo < hi and start <= hi <= end + BLIND_END_TOLERANCE_NS:
+            notes.append(f"end not observed: {why} from {ns_to_rfc3339(start)} to {ns_to_rfc3339(end)}; the end "
+                         f"stated ({ns_to_rfc3339(hi)}) is when the change was first seen, so this may have ended as "
+                         f"early as {ns_to_rfc3339(start)}")
+    return "; ".join(notes) or None

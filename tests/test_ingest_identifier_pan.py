@@ -116,3 +116,13 @@ def test_with_a_token_key_masked_ids_stay_distinct_and_traceable(sessions, datab
     assert keyless[0]["status"] == "not-found" and keyless[0]["transaction_id"] == "261130******4242"
     for doc in docs + keyless:
         assert not any(i in json.dumps(doc) for i in ids)
+
+
+def test_an_empty_key_file_is_an_error_not_no_key(tmp_path):
+    from collector.errors import UserError
+
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    with pytest.raises(UserError, match="the file is empty"):
+        settings_for("sqlite://", pan_token_key_file=str(empty)).resolved_pan_token_key()
+    assert settings_for("sqlite://", pan_token_key="k", pan_token_key_file=str(empty)).resolved_pan_token_key() == b"k"

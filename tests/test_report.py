@@ -735,6 +735,7 @@ def test_a_finding_first_observed_when_the_watch_resumed_says_its_start_was_not_
             "2026-11-28T10:05:00Z; the first observation is 2026-11-28T10:05:01Z, so this may have begun as early "
             "as 2026-11-28T10:00:00Z and lasted longer than stated") in text
     assert text.count("start not observed") == 1  # not the 03:00 sharing, nor the gap's own finding
+    assert "end not observed" not in text
 
 
 def test_a_crash_and_restart_is_listed_as_collector_not_running_with_its_reason(sessions, tmp_path, bundle):

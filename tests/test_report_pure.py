@@ -248,3 +248,22 @@ def test_every_attribution_reason_has_a_meaning_in_the_pack():
     reasons.add("skew-window")
     assert {"no-pod", "unknown-cluster", "pod-identity-conflict", "several-devices"} <= reasons
     assert reasons - set(STATUS_MEANINGS) == set()
+
+
+def test_an_allocation_interval_starting_or_ending_while_unobserved_says_so():
+    """finding_text.unobserved_start: a sharing first seen when the watch resumed may have begun
+    earlier; one whose end was first seen then may have ended earlier (third newcomer pass)."""
+    from reports.finding_text import FindingFacts, unobserved_start
+
+    s = 10**9
+    facts = FindingFacts(blind={"prod": [(100 * s, 130 * s, "stopped")]})
+    finding = {"cluster": "prod", "physical_gpu_uuid": "GPU-1", "subjects": {"claims": ["a/x", "b/y"]}}
+    start = unobserved_start({**finding, "from_ns": 131 * s, "to_ns": 200 * s}, facts)
+    assert start.startswith("start not observed: the collector was not running from 1970-01-01T00:01:40Z to "
+                            "1970-01-01T00:02:10Z; the first observation is 1970-01-01T00:02:11Z")
+    end = unobserved_start({**finding, "from_ns": 50 * s, "to_ns": 130 * s + 1}, facts)
+    assert end.startswith("end not observed:") and "may have ended as early as 1970-01-01T00:01:40Z" in end
+    assert unobserved_start({**finding, "from_ns": 50 * s, "to_ns": 90 * s}, facts) is None
+    assert unobserved_start({**finding, "from_ns": 136 * s, "to_ns": 200 * s}, facts) is None  # past the tolerance
+    coverage = {"cluster": "prod", "physical_gpu_uuid": None, "subjects": {"kinds": ["Pod"]}, "from_ns": 100 * s}
+    assert unobserved_start(coverage, facts) is None
