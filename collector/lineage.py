@@ -1471,6 +1471,8 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     An unknown id yields one document with status ``not-found``. An id holding a card number
     (``collector.ingest.pan.mask_identifier``, with ``pan_token_key`` as ingestion had it) is found by
     its masked form, as ingestion stored it, and its documents name that form, never the card number.
+    When that form is not stored but tokened forms of it are (the query gave the masked form, or
+    the key is missing or another), each of those ids is traced: candidates, told apart by their ids.
 
     One statement per id (``_TRACE``: records, lineage, pod name and co-tenants) for attributed
     records; a record attributed on the fly costs three more (``lineage_select``, ``_POD_NAME``,
@@ -1491,25 +1493,47 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     """
     out: list[dict[str, Any]] = []
     _generic_plans(session)
-    for txn in transaction_ids:
-        stored = mask_identifier(txn, pan_token_key)[0]  # an id holding a card number is stored masked
-        txn = stored  # and is echoed masked: a saved trace must not hold the card number either
-        records, tenants = _trace_rows(session, txn, cluster)
-        if not records:
-            out.append(_empty_trace(txn))
-            continue
-        missing = [r.id for r in records if r.lineage_id is None]
-        live = {}
-        pending = _pending_of(session, missing, clock_skew_s, cluster) if missing else {}
-        if len(pending) < len(missing):
-            live_q = lineage_select(all=True, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
-                                    cluster=cluster, record_ids=[i for i in missing if i not in pending])
-            live = {row.record_id: row for row in session.execute(live_q)}
-        for rec in records:
-            if rec.id in pending:
-                out.append(_pending_document(txn, rec, cluster, pending[rec.id]))
-            else:
-                out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster, tenants[rec.id]))
+    for given in transaction_ids:
+        txn = mask_identifier(given, pan_token_key)[0]  # an id holding a card number is stored masked
+        # (and is echoed masked: a saved trace must not hold the card number either)
+        for txn, (records, tenants) in _trace_ids(session, txn, mask_identifier(given)[0], cluster):
+            if not records:
+                out.append(_empty_trace(txn))
+                continue
+            out.extend(_trace_records(session, txn, records, tenants, cluster, clock_skew_s, serving_containers))
+    return out
+
+
+def _trace_ids(session: Session, txn: str, masked: str, cluster: str) -> list[tuple[str, tuple[list, dict]]]:
+    """The stored ids to trace for a query: ``txn`` itself when stored; else, for a masked id
+    (``masked``: the query's masked form without a token), every stored ``masked~<token>`` id — the
+    query gave the masked form, or the token key is missing or another — each its own transaction;
+    else ``txn`` with no records (not found)."""
+    found = _trace_rows(session, txn, cluster)
+    if found[0] or "*" not in masked:
+        return [(txn, found)]
+    pattern = masked.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "~%"
+    ids = session.execute(select(R.c.transaction_id).where(R.c.transaction_id.like(pattern, escape="\\"))
+                          .distinct().order_by(R.c.transaction_id)).scalars().all()
+    return [(i, _trace_rows(session, i, cluster)) for i in ids] or [(txn, found)]
+
+
+def _trace_records(session: Session, txn: str, records: list, tenants: dict, cluster: str, clock_skew_s: float,
+                   serving_containers: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """The documents of one stored id's records (``trace``)."""
+    out: list[dict[str, Any]] = []
+    missing = [r.id for r in records if r.lineage_id is None]
+    live = {}
+    pending = _pending_of(session, missing, clock_skew_s, cluster) if missing else {}
+    if len(pending) < len(missing):
+        live_q = lineage_select(all=True, clock_skew_s=clock_skew_s, serving_containers=serving_containers,
+                                cluster=cluster, record_ids=[i for i in missing if i not in pending])
+        live = {row.record_id: row for row in session.execute(live_q)}
+    for rec in records:
+        if rec.id in pending:
+            out.append(_pending_document(txn, rec, cluster, pending[rec.id]))
+        else:
+            out.append(_trace_document(session, txn, rec, live.get(rec.id, rec), cluster, tenants[rec.id]))
     return out
 
 
