@@ -370,7 +370,8 @@ def lineage_text_stmt(scope: Scope, dialect: str, co_tenancy: bool = False):
     """The transaction-lineage population rendered as text by PostgreSQL, in the population's order:
     the statement for ``COPY ... TO STDOUT WITH (JSON_COPY_OPTIONS)``, whose output rows are, once
     bracketed, the rows' JSON arrays (``reports.sqltext.copy_json_value``, ``json_rows_from_copy``) and
-    give their CSV lines too (``csv_rows_from_copy``). SQLite renders both in one statement (``_sqlite_both_stmt``).
+    give their CSV lines too (``csv_rows_from_copy``). SQLite renders each row's JSON array
+    (``_sqlite_json_stmt``).
 
     Raises:
         ValueError: ``dialect`` is not ``postgresql``.
@@ -459,7 +460,9 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     connections in turn — the session's and a twin reading its exported snapshot
     (``_snapshot_twin``; the session must be REPEATABLE READ, as ``render_pack`` reads) — so two
     server processes render them; the segments are written in order. SQLite: one query giving each
-    row's JSON array (``_sqlite_json_stmt``), the CSV derived from them (``csv_rows_from_json``). Fetched ``batch_rows`` at a time: memory is bounded by a few
+    row's JSON array (``_sqlite_json_stmt``), the CSV derived from them (``csv_rows_from_json``);
+    from ``SQLITE_PROCESS_MIN_ROWS`` on, its time segments in worker processes
+    (``_sqlite_in_processes``). Fetched ``batch_rows`` at a time: memory is bounded by a few
     batches per file. The files are byte-identical across the two backends for the same rows.
 
     ``co_tenancy`` (the pack's sharing intervals per namespace) is loaded into a temporary table
@@ -543,23 +546,22 @@ def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expec
     segments = _segments(scope, expected_rows)
     if len(segments) < 2:
         return None
+    database = str(Path(path).resolve())
     co = [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows]
     jobs = iter([_compiled(conn, _sqlite_json_stmt(segment, bool(co))) for segment in segments])
     count = 0
     with ProcessPoolExecutor(max_workers=SQLITE_SEGMENTS_IN_FLIGHT - 1,
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        pending = deque(pool.submit(_render_sqlite_segment, str(Path(path).resolve()), sql, params, co, batch_rows)
-                        for sql, params in islice(jobs, SQLITE_SEGMENTS_IN_FLIGHT))
+        def submit(sql: str, params: Any) -> Any:
+            return pool.submit(_render_sqlite_segment, database, sql, params, co, batch_rows)
+
+        pending = deque(submit(*job) for job in islice(jobs, SQLITE_SEGMENTS_IN_FLIGHT))
         try:
             while pending:
                 csv_text, json_text, rows = pending.popleft().result()
-                for sql, params in islice(jobs, 1):
-                    pending.append(pool.submit(_render_sqlite_segment, str(Path(path).resolve()), sql, params, co,
-                                               batch_rows))
+                pending.extend(submit(*job) for job in islice(jobs, 1))
                 if rows:
-                    json_out.write_bytes(b"\n" if count == 0 else b",\n")
-                    json_out.write_bytes(json_text)
-                    csv_out.write_bytes(csv_text)
+                    _write_rows(csv_out, json_out, csv_text, json_text, count)
                     count += rows
         except BaseException:
             for future in pending:
@@ -573,32 +575,33 @@ def _render_sqlite_segment(path: str, sql: str, params: Sequence[Any], co_rows: 
     """In a worker process: the rows of ``sql`` (a ``_sqlite_json_stmt``) on a read-only connection to
     ``path``, as ``(csv lines, JSON data lines joined by ',' + LF, row count)``; ``co_rows`` loaded
     into this connection's co-tenancy table first."""
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
     raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         if co_rows:
-            _sqlite_co_tenancy(raw, co_rows)
+            _load_co_tenancy(raw.cursor(), sqlite_dialect.dialect(), co_rows)
         raw.text_factory = bytes
         csv_parts, json_parts, count = [], [], 0
-        for rows in _fetched(raw, sql, params, batch_rows):
-            csv_rows, json_rows = csv_rows_from_json([r[0] for r in rows])
-            csv_parts.append(csv_rows)
-            json_parts.append(json_rows)
-            count += len(rows)
+        for csv_text, json_text, rows in _json_batches(raw, sql, params, batch_rows):
+            csv_parts.append(csv_text)
+            json_parts.append(json_text)
+            count += rows
         return b"".join(csv_parts), b",\n".join(json_parts), count
     finally:
         raw.close()
 
 
-def _sqlite_co_tenancy(raw: sqlite3.Connection, co_rows: Sequence[tuple]) -> None:
-    """``CO_TENANCY`` as a temporary table of this connection, holding ``co_rows``."""
-    from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-    dialect = sqlite_dialect.dialect()
-    raw.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
+def _load_co_tenancy(cursor, dialect, co_rows: Sequence[tuple]) -> None:
+    """``CO_TENANCY`` (dropped first if there) as a temporary table of ``cursor``'s connection,
+    holding ``co_rows`` (``(gpu, namespace, from_ns, to_ns, others)`` tuples)."""
+    cursor.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
+    cursor.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
     for index in CO_TENANCY.indexes:
-        raw.execute(str(CreateIndex(index).compile(dialect=dialect)))
-    raw.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) VALUES (?, ?, ?, ?, ?)",
-                    co_rows)
+        cursor.execute(str(CreateIndex(index).compile(dialect=dialect)))
+    mark = "?" if dialect.name == "sqlite" else "%s"
+    cursor.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) "
+                       f"VALUES ({', '.join([mark] * 5)})", co_rows)
 
 
 @contextmanager
@@ -660,13 +663,7 @@ def _pg_twin(raw, dialect, snapshot: str, co_rows: Sequence[CoTenancy]):
         cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
         if co_rows:  # inside the transaction: rows committed after the adopted snapshot would be invisible
-            cursor.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
-            cursor.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
-            for index in CO_TENANCY.indexes:
-                cursor.execute(str(CreateIndex(index).compile(dialect=dialect)))
-            cursor.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) "
-                               "VALUES (%s, %s, %s, %s, %s)",
-                               [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows])
+            _load_co_tenancy(cursor, dialect, [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows])
             cursor.execute(f"ANALYZE {CO_TENANCY.name}")
     return raw
 
@@ -689,14 +686,25 @@ def _fetched(raw, sql: str, params, batch_rows: int) -> Iterator[list]:
         cursor.close()
 
 
+def _json_batches(raw, sql: str, params, batch_rows: int) -> Iterator[tuple[bytes, bytes, int]]:
+    """``(csv lines, JSON data lines, rows)`` of each batch of ``sql`` (a ``_sqlite_json_stmt``)."""
+    for rows in _fetched(raw, sql, params, batch_rows):
+        yield *csv_rows_from_json([r[0] for r in rows]), len(rows)
+
+
+def _write_rows(csv_out: "TextSink", json_out: "TextSink", csv_text: bytes, json_text: bytes, written: int) -> None:
+    """Append rows to both files: their CSV lines, and their JSON arrays as the next ``data`` lines
+    of the split table (``written``: the rows already in it, for the separator)."""
+    json_out.write_bytes(b"\n" if written == 0 else b",\n")
+    json_out.write_bytes(json_text)
+    csv_out.write_bytes(csv_text)
+
+
 def _fetch_both(raw, sql: str, params, csv_out: "TextSink", json_out: "TextSink", batch_rows: int) -> int:
     count = 0
-    for rows in _fetched(raw, sql, params, batch_rows):
-        csv_rows, json_rows = csv_rows_from_json([r[0] for r in rows])
-        json_out.write_bytes(b"\n" if count == 0 else b",\n")
-        json_out.write_bytes(json_rows)
-        csv_out.write_bytes(csv_rows)
-        count += len(rows)
+    for csv_text, json_text, rows in _json_batches(raw, sql, params, batch_rows):
+        _write_rows(csv_out, json_out, csv_text, json_text, count)
+        count += rows
     return count
 
 
@@ -845,9 +853,7 @@ def _copy_both(readers: Sequence[Any], statements: Sequence[tuple[str, Any]], cs
                     break
                 chunk, rows = item
                 json_rows = sqltext.json_rows_from_copy(chunk, rows)
-                json_out.write_bytes(b"\n" if count == 0 else b",\n")
-                json_out.write_bytes(json_rows)
-                csv_out.write_bytes(csv_rows_from_copy(chunk, rows, json_rows))
+                _write_rows(csv_out, json_out, csv_rows_from_copy(chunk, rows, json_rows), json_rows, count)
                 count += rows
     finally:
         for stream in streams:  # stops a reader still running (an error here): cancels its COPY
