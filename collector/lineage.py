@@ -1494,22 +1494,25 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
     out: list[dict[str, Any]] = []
     _generic_plans(session)
     for given in transaction_ids:
-        txn = mask_identifier(given, pan_token_key)[0]  # an id holding a card number is stored masked
-        # (and is echoed masked: a saved trace must not hold the card number either)
-        for txn, (records, tenants) in _trace_ids(session, txn, mask_identifier(given)[0], cluster):
+        # an id holding a card number is stored masked, and is echoed masked: a saved trace must
+        # not hold the card number either
+        for stored, (records, tenants) in _trace_ids(session, given, pan_token_key, cluster):
             if not records:
-                out.append(_empty_trace(txn))
+                out.append(_empty_trace(stored))
                 continue
-            out.extend(_trace_records(session, txn, records, tenants, cluster, clock_skew_s, serving_containers))
+            out.extend(_trace_records(session, stored, records, tenants, cluster, clock_skew_s, serving_containers))
     return out
 
 
-def _trace_ids(session: Session, txn: str, masked: str, cluster: str) -> list[tuple[str, tuple[list, dict]]]:
-    """The stored ids to trace for a query: ``txn`` itself when stored; else, for a masked id
-    (``masked``: the query's masked form without a token), every stored ``masked~<token>`` id — the
-    query gave the masked form, or the token key is missing or another — each its own transaction;
-    else ``txn`` with no records (not found)."""
+def _trace_ids(session: Session, given: str, pan_token_key: bytes | None,
+               cluster: str) -> list[tuple[str, tuple[list, dict]]]:
+    """The stored ids to trace for the query ``given``: its stored form (``mask_identifier`` with the
+    key) when stored; else, for a masked id, every stored ``<masked form>~<token>`` id — the query
+    gave the masked form, or the token key is missing or another — each its own transaction; else
+    the stored form with no records (not found)."""
+    txn = mask_identifier(given, pan_token_key)[0]
     found = _trace_rows(session, txn, cluster)
+    masked = mask_identifier(given)[0] if not found[0] else ""
     if found[0] or "*" not in masked:
         return [(txn, found)]
     pattern = masked.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "~%"

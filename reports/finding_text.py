@@ -292,8 +292,9 @@ def unobserved_start(finding: dict[str, Any], facts: FindingFacts) -> str | None
     """For an allocation finding (not a coverage one) whose interval starts (or ends) inside, or just
     at the end of, an interval in which its cluster's ResourceClaims were not observed: the sentence
     saying its start is the first observation, and that it may have begun as early as the blind
-    interval's start (its end, that it may have ended that early). None otherwise. Why: an allocation made while the collector was down is recorded when the collector
-    sees it again, so the interval (and its duration) is a lower bound."""
+    interval's start (its end, that it may have ended that early). None otherwise. Why: an
+    allocation made (or released) while the collector was down is recorded when the collector sees
+    it again, so the interval (and its duration) is a lower bound."""
     lo, hi = finding.get("from_ns"), finding.get("to_ns")
     subjects = finding.get("subjects") if isinstance(finding.get("subjects"), dict) else {}
     if lo is None or not (finding.get("physical_gpu_uuid") or "claims" in subjects):

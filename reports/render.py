@@ -736,8 +736,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         # coverage that supports a negative statement only for part of the period (the template qualifies it)
         "partial": ({"share": lowest[0], "cluster": lowest[1], "kind": lowest[2]}
                     if observed and lowest is not None and lowest[0] < 1 else None),
-        "segments": [{**s.row(), "start_note": _segment_start_note(s, col)}
-                     for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))], "cross_segments": [s.row() for s in cross],
+        "segments": _segment_rows(segments, col), "cross_segments": [s.row() for s in cross],
         "unpartitioned_cross": [s.row() for s in cross if not s.partitioned],
         "findings": served_during(session, scope, describe(findings, col.facts, scope.tenant_of), stops),
         "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
@@ -763,13 +762,22 @@ def _write_text(root: Path, rel: str, text: str) -> FileDigest:
 _PDF_POOL: ProcessPoolExecutor | None = None
 
 
-def _segment_start_note(segment: Any, col: "_Collector") -> str | None:
-    """``finding_text.unobserved_start`` for a sharing interval (its GPU's cluster from the inventory)."""
-    clusters = {cluster for cluster, uuid in col.gpus if uuid == segment.physical_gpu_uuid}
-    if len(clusters) != 1:
-        return None
-    return unobserved_start({"from_ns": segment.from_ns, "cluster": clusters.pop(),
-                             "physical_gpu_uuid": segment.physical_gpu_uuid}, col.facts)
+def _segment_rows(segments: list[Any], col: "_Collector") -> list[dict[str, Any]]:
+    """The sharing intervals' rows for the HTML (cross-tenant sharing without partitioning first),
+    each with ``start_note``: ``finding_text.unobserved_start`` of its start, the GPU's cluster
+    taken from the inventory (none when the UUID is in several clusters)."""
+    clusters: dict[str, set[str]] = {}
+    for cluster, uuid in col.gpus:
+        clusters.setdefault(uuid, set()).add(cluster)
+
+    def note(s: Any) -> str | None:
+        found = clusters.get(s.physical_gpu_uuid, set())
+        if len(found) != 1:
+            return None
+        return unobserved_start({"from_ns": s.from_ns, "cluster": next(iter(found)),
+                                 "physical_gpu_uuid": s.physical_gpu_uuid}, col.facts)
+    return [{**s.row(), "start_note": note(s)}
+            for s in sorted(segments, key=lambda s: not (s.cross_tenant and not s.partitioned))]
 
 
 def _pdf_pool() -> ProcessPoolExecutor:

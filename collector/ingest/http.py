@@ -195,24 +195,27 @@ def _new_run(settings: Settings, sessions: sessionmaker[Session], request_id: st
     return IngestRun(sessions, settings, one_transaction=True, run_id=request_id)
 
 
-def _request_id(request: Request) -> str:
+def _given_request_id(request: Request) -> str | None:
+    """The client's ``X-Request-Id`` when it is a valid id and holds no card number (it would be
+    echoed and stored as the rows' source), else None."""
     given = request.headers.get("x-request-id", "")
-    return given if _REQUEST_ID.match(given) and not mask_text(given)[1] else uuid.uuid4().hex
+    return given if _REQUEST_ID.match(given) and not mask_text(given)[1] else None
 
 
-def _body_request_id(request: Request, body: bytes, provisional: str) -> str:
-    """The request's id once its body is read: the client's ``X-Request-Id`` when valid, else
-    ``body-`` and the first 32 hex digits of the SHA-256 of the (decompressed) body.
+def _request_id(request: Request) -> str:
+    return _given_request_id(request) or uuid.uuid4().hex
+
+
+def _body_request_id(request: Request, body: bytes) -> str:
+    """The request's id once its body is read: the client's (``_given_request_id``), else ``body-``
+    and the first 32 hex digits of the SHA-256 of the (decompressed) body.
 
     Why: a shipper that did not get the answer (timeout, restart) sends the same body again, usually
     without a request id (Fluent Bit, Vector). Records are deduplicated by content anyway, but a
     quarantined line is keyed by its source (``http:<request id>``) and position: with a random id
     each retry quarantined it again. The same body now gets the same id, so a retry adds nothing.
     """
-    given = request.headers.get("x-request-id", "")
-    if _REQUEST_ID.match(given) and not mask_text(given)[1]:  # a card number is never echoed or stored
-        return provisional
-    return "body-" + hashlib.sha256(body).hexdigest()[:32]
+    return _given_request_id(request) or "body-" + hashlib.sha256(body).hexdigest()[:32]
 
 
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
@@ -274,7 +277,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
         _reject_msgpack(ctype)
         body = await read_body(request, settings.ingest_max_body_bytes)
         _reject_msgpack(ctype, body)
-        request_id = _body_request_id(request, body, request_id)
+        request_id = _body_request_id(request, body)
         source = f"http:{request_id}"
 
         def work() -> dict[str, Any]:
@@ -291,7 +294,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             raise HttpProblem(415, f"Content-Type {ctype or '(none)'!r} is not OTLP; send application/x-protobuf or application/json")
         as_json = ctype == "application/json"
         body = await read_body(request, settings.ingest_max_body_bytes)
-        request_id = _body_request_id(request, body, request_id)
+        request_id = _body_request_id(request, body)
         source = f"http:{request_id}"
 
         def work() -> tuple[bytes, str]:

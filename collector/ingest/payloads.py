@@ -212,6 +212,7 @@ class RecordBuilder:
         sid = normalise_span_id(span_id) if span_id else None
         if sid is None:
             sid = aliased_id(a.lookup, flat, "span_id", consumed, warnings)
+        tid, sid = _no_card_number(masker, tid, "trace id", warnings), _no_card_number(masker, sid, "span id", warnings)
 
         attributes = {k: v for k, v in flat.items() if k not in consumed}
         if unbounded_latency is not None and not isinstance(attributes[unbounded_latency], str):
@@ -232,9 +233,6 @@ class RecordBuilder:
         if warnings:
             attributes["draudit.warnings"] = warnings
 
-        tid, sid = _no_card_number(masker, tid, "trace id", warnings), _no_card_number(masker, sid, "span id", warnings)
-        if warnings and "draudit.warnings" not in attributes:
-            attributes["draudit.warnings"] = warnings
         m = masker.text
         rec = CanonicalRecord(
             transaction_id=masker.identifier(txn), event_time_ns=time[0], event_time_precision_ns=time[1],

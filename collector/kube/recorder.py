@@ -409,7 +409,7 @@ class Recorder:
             # The previous run ended without closing its interval (crash or SIGKILL): it was synced
             # until it was last seen alive. The resume succeeded, so no event was lost, but none was
             # seen when it happened until now: the collector was not running in between.
-            last_alive = min(max(st.state_since_ns, self._previous_run_alive_ns(s, st)), at_ns)
+            last_alive = min(max(st.state_since_ns, self._previous_run_alive_ns(st)), at_ns)
             s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, last_alive, st.state_from_rv, st.resource_version, None)
             if last_alive < at_ns:
                 s_add_interval(s, self.cluster, spec.kind, "stopped", last_alive, at_ns, st.resource_version, rv,
@@ -449,7 +449,7 @@ class Recorder:
         latest = s.execute(select(func.max(WatchState.updated_at)).where(WatchState.cluster == self.cluster)).scalar()
         return None if latest is None else dt_to_ns(latest)
 
-    def _previous_run_alive_ns(self, s: Session, st: WatchState) -> int:
+    def _previous_run_alive_ns(self, st: WatchState) -> int:
         """For a kind the previous run left 'synced' (it crashed): when that run was last seen alive
         (``_read_previous_run_alive_ns``). A kind's own last commit alone made a quiet kind
         (ResourceSlices, DeviceClasses) "not running" from its last change on."""
