@@ -74,6 +74,7 @@ from collector.store.models import InferenceRecord  # noqa: E402
 PG_ADMIN_URL = os.environ.get("DRAUDIT_TEST_PG_URL", "postgresql://root@127.0.0.1:5432/test")
 START_NS = 1_764_403_200_000_000_000  # 2025-11-29T08:00:00Z
 CHUNK = 2000
+ALL_ROWS = "all rows"  # the floor that writes every row the run stored (records, quarantine, ledger)
 
 
 def _iso(ns: int, digits: int = 6) -> str:
@@ -212,6 +213,89 @@ def _copy_chunk(raw, _backend: str, params: list[tuple]) -> None:
                 copy.write_row(row)
 
 
+# The tables an ingest run writes, each with its key column (keyset order) — the "same tables" of
+# the all-rows floor. ``ledger_head`` (one row, updated per batch) is left out.
+STORED_TABLES = (("inference_records", "id"), ("quarantine", "id"), ("ledger", "seq"))
+
+
+def _table_columns(table: str) -> list[str]:
+    from collector.store.models import Base
+
+    return [c.name for c in Base.metadata.tables[table].columns]
+
+
+def _fetch_after(src, backend: str, table: str, key: str, after, limit: int) -> list[tuple]:
+    """Up to ``limit`` rows of ``table`` in the source database with ``key`` above ``after``, as
+    stored: PostgreSQL rows in COPY's text form (so writing them back is COPY of the same text)."""
+    cols = ", ".join(_table_columns(table))
+    if backend == "sqlite":
+        return src.cursor().execute(f"SELECT {cols} FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?", (after, limit)).fetchall()
+    with src.cursor() as cur:
+        with cur.copy(f"COPY (SELECT {cols} FROM {table} WHERE {key} > {int(after)} ORDER BY {key} LIMIT {int(limit)}) "
+                      "TO STDOUT") as copy:
+            return list(copy.rows())
+
+
+def _write_table_rows(raw, backend: str, table: str, rows: list[tuple]) -> None:
+    cols = _table_columns(table)
+    if backend == "sqlite":
+        raw.cursor().executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", rows)
+        return
+    with raw.driver_connection.cursor() as cur:
+        with cur.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def raw_all_tables(url: str, source_url: str) -> Timing:
+    """The floor of writing *every* row an ingest run stored — its ``inference_records``,
+    ``quarantine`` and ``ledger`` rows as the run left them in ``source_url`` (ids and hashes
+    included) — into the same tables with the same indexes: PostgreSQL ``COPY``, SQLite
+    ``executemany``, in chunks of 2 000 records with their share of the other two tables, one
+    commit per chunk. Reading the source is not timed."""
+    engine, src_engine = make_engine(url), make_engine(source_url)
+    migrate.upgrade(engine)
+    backend = engine.dialect.name
+    raw, src = engine.raw_connection(), src_engine.raw_connection()
+    server = ServerCpu(_database_name(engine))
+    rows_done, elapsed, cpu = 0, 0.0, 0.0
+    try:
+        totals = {t: src.cursor().execute(f"SELECT count(*) FROM {t}").fetchone()[0] if backend == "sqlite" else
+                  _pg_count(src, t) for t, _ in STORED_TABLES}
+        chunks = max(1, -(-totals["inference_records"] // CHUNK))
+        after = {t: -1 for t, _ in STORED_TABLES}
+        for _ in range(chunks):
+            parts = {}
+            for table, key in STORED_TABLES:
+                rows = _fetch_after(src, backend, table, key, after[table], -(-totals[table] // chunks))
+                if rows:
+                    after[table] = rows[-1][_table_columns(table).index(key)]
+                parts[table] = rows
+            c0, t0 = time.process_time(), time.perf_counter()
+            if backend == "sqlite":
+                raw.cursor().execute("BEGIN")
+            for table, rows in parts.items():
+                if rows:
+                    _write_table_rows(raw, backend, table, rows)
+            raw.commit()
+            elapsed += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+            rows_done += len(parts["inference_records"])
+        server_s = server.used_s()
+    finally:
+        raw.close()
+        src.close()
+        engine.dispose()
+        src_engine.dispose()
+    return Timing(rows_done, elapsed, cpu, server_s)
+
+
+def _pg_count(src, table: str) -> int:
+    with src.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {table}")
+        return cur.fetchone()[0]
+
+
 def raw_executemany(url: str, path: Path, settings: Settings) -> Timing:
     """The same rows through the DB-API ``executemany``, chunks of 2 000, one commit per chunk."""
     return _raw_floor(url, path, settings, _executemany_chunk)
@@ -279,8 +363,12 @@ def main() -> None:
               f"{time.perf_counter() - t0:.1f} s)")
         settings = Settings(cluster="bench")
         for backend in args.backends.split(","):
+            # The rows one run stores in all three tables, kept for the all-rows floor (not timed).
+            source_url, drop_source = fresh_database(backend, tmp)
+            pipeline(source_url, path, settings, args.workers)
             # PostgreSQL's raw floor is COPY (also measured: executemany); SQLite has executemany only.
             floors = {"executemany": raw_executemany} | ({"COPY": raw_copy} if backend == "postgresql" else {})
+            floors[ALL_ROWS] = lambda url, _path, _settings: raw_all_tables(url, source_url)
             raws: dict[str, list[Timing]] = {name: [] for name in floors}
             pipes: list[Timing] = []
             for rep in range(args.repeat):
@@ -300,6 +388,7 @@ def main() -> None:
                 cpu_ratio = (pipe.n / pipe.cpu_s) / (raw.n / raw.cpu_s)
                 print(f"{backend:10s} ratio pipeline/raw {name} = {wall_ratio:.2f} by wall time, {cpu_ratio:.2f} by CPU "
                       "time (target ≥ 0.5)", flush=True)
+            drop_source()
 
 
 if __name__ == "__main__":

@@ -486,16 +486,6 @@ def test_rows_written_through_the_driver_read_back_as_the_record(sessions, tmp_p
     assert {r["transaction_id"]: r["attributes"] for r in rows}["T-3"] is None
 
 
-def test_parse_chunks_are_bounded_in_bytes_as_well_as_lines(monkeypatch):
-    monkeypatch.setattr(parse_pool, "CHUNK_LINES", 10)
-    monkeypatch.setattr(parse_pool, "CHUNK_BYTES", 100)
-    lines = iter([(n, b"x" * size, None) for n, size in enumerate([40, 40, 40, 5, 500, 1, 1], start=1)])
-    chunks = []
-    while chunk := parse_pool.next_chunk(lines):
-        chunks.append([n for n, _, _ in chunk])
-    assert chunks == [[1, 2, 3], [4, 5], [6, 7]]
-
-
 def test_the_utc_timestamp_shortcut_gives_the_iso_pattern_groups():
     """``timestamps._utc_groups`` (the common ``…Z`` shape, one match) returns what ``_ISO`` gives,
     on variants with wrong separators, fraction lengths, zones and non-ASCII digits."""

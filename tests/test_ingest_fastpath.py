@@ -229,8 +229,8 @@ def test_parse_chunk_with_the_fast_path_gives_sequential_parsing(tmp_path):
         masked += m
     parse_pool._init_worker({"cluster": "c"})
     try:
-        chunk = parse_pool.parse_chunk(SOURCE, [(n, line.encode("utf-8", "surrogatepass"), None)
-                                                for n, line in enumerate(lines, start=1)])
+        chunk = parse_pool.parse_chunk(SOURCE, parse_pool.Chunk.from_lines(
+            [(n, line.encode("utf-8", "surrogatepass"), None) for n, line in enumerate(lines, start=1)]))
     finally:
         import gc
 

@@ -29,12 +29,16 @@ def test_workers_fault_in_fewer_pages_than_they_parse_lines():
     were returned to the kernel and faulted in again (~1.3 minor faults per line measured); kept,
     the faults are those of the first chunks only."""
     line = fluent(NESTED).encode("utf-8")
-    chunk = [(n, line, None) for n in range(1, 1001)]
+    chunk = parse_pool.Chunk.from_lines([(n, line, None) for n in range(1, 1001)])
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
     pool = parse_pool.ParsePool(1, {"cluster": "c"})
-    try:
-        handles = [pool.submit("/var/log/app.log", chunk) for _ in range(30)]
-        units = [u for h in handles for u in h.get().units]
+    try:  # two chunks in flight at a time, as a run keeps a few (its in-flight bytes are bounded)
+        pending = [pool.submit("/var/log/app.log", chunk)]
+        units = []
+        for _ in range(29):
+            pending.append(pool.submit("/var/log/app.log", chunk))
+            units += pending.pop(0).get().units
+        units += pending.pop(0).get().units
     finally:
         pool.close()
     faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - before
@@ -48,7 +52,8 @@ def test_workers_run_nicer_than_the_writer():
 
     pool = parse_pool.ParsePool(1, {"cluster": "c"})
     try:
-        worker_nice = pool._pool.apply(os.nice, (0,))
+        pool.submit("app.log", parse_pool.Chunk.from_lines([(1, b"{}", None)])).get()  # the worker is set up
+        worker_nice = os.getpriority(os.PRIO_PROCESS, pool.pids[0])
     finally:
         pool.close()
     assert worker_nice == os.nice(0) + parse_pool.WORKER_NICENESS

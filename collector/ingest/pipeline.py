@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import gzip
 import io
+import itertools
 import uuid
 import zlib
 from collections import Counter, deque
@@ -117,6 +118,108 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: int
                 break
             total += len(more)
         yield line, total
+
+
+READ_BYTES = 1 << 20  # one read of the input by iter_chunks
+
+
+def iter_chunks(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: int | None = None,
+                is_document: Callable[[bytes], bool] | None = None) -> Iterator[parse_pool.Chunk]:
+    """The lines of ``stream`` as ``parse_pool.Chunk`` s of ``parse_pool.CHUNK_LINES`` lines (fewer
+    once they hold ``parse_pool.CHUNK_BYTES`` bytes, at least one line), numbered from 1.
+
+    The lines and their ``(data, total)`` are exactly ``iter_lines``'s (``tests`` compare the two on
+    random inputs and read sizes), found by searching ``READ_BYTES`` reads for newlines instead of
+    a ``readline`` and a tuple per line: a run of ordinary lines goes into the chunk as one slice.
+    Memory stays bounded as in ``iter_lines``: of a line over ``max_line_bytes`` only its first
+    ``max_line_bytes + 1`` bytes are kept (an OTLP request line: up to ``max_document_bytes``).
+    """
+    chunk_lines, chunk_bytes = parse_pool.CHUNK_LINES, parse_pool.CHUNK_BYTES
+    documents = max_document_bytes is not None and max_document_bytes > max_line_bytes and is_document is not None
+    read = getattr(stream, "read1", None) or stream.read
+    buf, pos, eof, number = b"", 0, False, 1
+    while True:
+        parts: list[bytes] = []
+        special: dict[int, tuple[bytes, int | None]] | None = None
+        start = pos  # the run of ordinary lines not yet in parts is buf[start:pos]
+        count = size = 0
+        while count < chunk_lines and size < chunk_bytes:
+            end = buf.find(b"\n", pos)
+            if end < 0:
+                if not eof and len(buf) - pos <= max_line_bytes:  # this line may still be ordinary: read on
+                    more = read(READ_BYTES)
+                    if not more:
+                        eof = True
+                        continue
+                    parts.append(buf[start:pos])
+                    buf, pos, start = buf[pos:] + more, 0, 0
+                    continue
+                if eof:
+                    if pos == len(buf):
+                        break  # the end of the input
+                    end = len(buf)  # the last line, without a newline
+            if 0 <= end and end - pos <= max_line_bytes:  # an ordinary line: the run grows
+                size += end - pos
+                count += 1
+                if end == len(buf):
+                    parts.append(buf[start:end] + b"\n")
+                    start = pos = end
+                else:
+                    pos = end + 1
+                continue
+            parts.append(buf[start:pos])
+            data, total, buf, pos, eof = _long_line(buf, pos, eof, read, max_line_bytes,
+                                                    max_document_bytes if documents else None, is_document)
+            parts.append(b"\n")
+            if special is None:
+                special = {}
+            special[count] = (data, None if total == len(data) else total)
+            size += len(data)
+            count += 1
+            start = pos
+        if count == 0:
+            return
+        parts.append(buf[start:pos])
+        yield parse_pool.Chunk(number, b"".join(parts), special, size)
+        number += count
+        buf, pos = buf[pos:], 0
+
+
+def _long_line(buf: bytes, pos: int, eof: bool, read: Callable[[int], bytes], max_line_bytes: int,
+               max_document_bytes: int | None, is_document: Callable[[bytes], bool] | None
+               ) -> tuple[bytes, int, bytes, int, bool]:
+    """The line at ``buf[pos:]`` that is longer than ``max_line_bytes`` (at least ``max_line_bytes
+    + 1`` of its bytes are in ``buf``), as ``iter_lines`` gives it: ``(data, total bytes, buf, pos,
+    eof)`` with ``buf[pos:]`` what follows its newline. ``max_document_bytes``: None when no line
+    is kept whole as a document."""
+    limit = max_line_bytes + 1
+    head = buf[pos:pos + limit]
+    if max_document_bytes is not None and is_document(head):  # type: ignore[misc]
+        # iter_lines reads on to max_document_bytes + 1 bytes, its newline included
+        while buf.find(b"\n", pos, pos + max_document_bytes + 1) < 0 and len(buf) - pos <= max_document_bytes \
+                and not eof:
+            more = read(READ_BYTES)
+            if more:
+                buf = buf[pos:] + more
+                pos = 0
+            else:
+                eof = True
+        end = buf.find(b"\n", pos, pos + max_document_bytes + 1)
+        if end >= 0:
+            return buf[pos:end], end - pos, buf, end + 1, eof
+        if eof and len(buf) - pos <= max_document_bytes:
+            return buf[pos:], len(buf) - pos, b"", 0, eof
+    counted = 0  # the bytes of the line before buf[pos:]
+    while True:
+        end = buf.find(b"\n", pos)
+        if end >= 0:
+            return head, counted + end - pos, buf, end + 1, eof
+        counted += len(buf) - pos
+        if eof:
+            return head, counted, b"", 0, eof
+        buf, pos = read(READ_BYTES), 0
+        if not buf:
+            eof = True
 
 
 class EndAtReadError(io.RawIOBase):
@@ -261,27 +364,29 @@ class IngestRun:
     def ingest_stream(self, stream: BinaryIO, source: str, on_line: Callable[[], None] | None = None) -> None:
         """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:<id>``).
 
-        With parse workers, the first ``CHUNK_LINES`` lines are parsed here; the rest go to the
-        workers chunk by chunk (a few chunks ahead) and come back in input order. A chunk whose
-        start or end is inside a partial line is re-parsed here, so every line's outcome is the
-        one sequential parsing gives (see ``parse_pool``).
+        The input is read in chunks (``iter_chunks``). With parse workers, the first chunk is parsed
+        here; the rest go to the workers (a few chunks ahead) and come back in input order. A chunk
+        whose start or end is inside a partial line is re-parsed here, so every line's outcome is
+        the one sequential parsing gives (see ``parse_pool``). ``on_line`` is called after each chunk.
         """
-        feed = self.parser.feed_bytes
-        read = iter_lines(stream, self.parser.max_line_bytes, max_document_bytes=self.parser.max_document_bytes,
-                          is_document=self.parser.reads_documents)
-        lines = ((n, data, total if total != len(data) else None) for n, (data, total) in enumerate(read, start=1))
-        first_chunk = parse_pool.CHUNK_LINES if self.workers > 1 else None
-        for n, data, total in lines:
-            self.add(feed(data, source, str(n), total))
-            if on_line is not None and n % 1024 == 0:
+        chunks = iter_chunks(stream, self.parser.max_line_bytes, max_document_bytes=self.parser.max_document_bytes,
+                             is_document=self.parser.reads_documents)
+        for chunk in chunks:
+            self._parse_here(chunk, source)
+            if on_line is not None:
                 on_line()
-            if n == first_chunk:
-                break
-        else:
-            return
-        self._ingest_parallel(lines, source, on_line)
+            if self.workers > 1:
+                break  # the first chunk: an input no longer than that starts no worker
+        rest = next(chunks, None)
+        if rest is not None:
+            self._ingest_parallel(itertools.chain((rest,), chunks), source, on_line)
 
-    def _ingest_parallel(self, lines: Iterator[parse_pool.Line], source: str, on_line: Callable[[], None] | None) -> None:
+    def _parse_here(self, chunk: parse_pool.Chunk, source: str) -> None:
+        feed = self.parser.feed_bytes
+        for n, data, total in chunk.lines():
+            self.add(feed(data, source, str(n), total))
+
+    def _ingest_parallel(self, chunks: Iterator[parse_pool.Chunk], source: str, on_line: Callable[[], None] | None) -> None:
         # The garbage collector took ~20 % of this process's CPU at 50 k lines (1.1 s): every chunk
         # unpickles ~30 k objects, and its full passes also walked everything that existed before
         # the run (imports, the engine, the caller's objects). While the run lasts, those stay out
@@ -294,13 +399,13 @@ class IngestRun:
             gc.freeze()
         gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), max(thresholds[1], 50), max(thresholds[2], 100))
         try:
-            self._ingest_chunks(lines, source, on_line)
+            self._ingest_chunks(chunks, source, on_line)
         finally:
             gc.set_threshold(*thresholds)
             if freeze:
                 gc.unfreeze()
 
-    def _ingest_chunks(self, lines: Iterator[parse_pool.Line], source: str, on_line: Callable[[], None] | None) -> None:
+    def _ingest_chunks(self, chunks: Iterator[parse_pool.Chunk], source: str, on_line: Callable[[], None] | None) -> None:
         if self._pool is None:
             self._pool = parse_pool.ParsePool(self.workers, self._parser_kwargs)
         # Chunks submitted ahead of the one taken next: enough for the workers to keep parsing while
@@ -308,28 +413,26 @@ class IngestRun:
         # 2 × workers chunks ahead the workers finished them during the write and waited (measured,
         # 100 k Fluent Bit lines, SQLite, 2 CPUs: 6.9-7.6 s -> 5.3 s wall, the same CPU time).
         ahead = 2 * self.workers + -(-max(self.commit_units, AHEAD_UNITS) // parse_pool.CHUNK_LINES)
-        in_flight: deque[tuple[list[parse_pool.Line], Any]] = deque()
+        in_flight: deque[tuple[parse_pool.Chunk, Any]] = deque()
         in_flight_bytes = 0
         while True:
-            chunk = parse_pool.next_chunk(lines)
-            if chunk:
+            chunk = next(chunks, None)
+            if chunk is not None:
                 in_flight.append((chunk, self._pool.submit(source, chunk)))
-                in_flight_bytes += sum(len(line[1]) for line in chunk)
-            if in_flight and (not chunk or len(in_flight) > 2 * self.workers
+                in_flight_bytes += chunk.nbytes
+            if in_flight and (chunk is None or len(in_flight) > 2 * self.workers
                               and (len(in_flight) > ahead or in_flight_bytes > IN_FLIGHT_BYTES)):
                 done, handle = in_flight.popleft()
-                in_flight_bytes -= sum(len(line[1]) for line in done)
+                in_flight_bytes -= done.nbytes
                 self._take(done, handle.get(), source)
                 if on_line is not None:
                     on_line()
-            if not chunk and not in_flight:
+            if chunk is None and not in_flight:
                 return
 
-    def _take(self, chunk: list[parse_pool.Line], parsed: parse_pool.ParsedChunk, source: str) -> None:
+    def _take(self, chunk: parse_pool.Chunk, parsed: parse_pool.ParsedChunk, source: str) -> None:
         if self.parser.has_pending_partials or parsed.open_partial:
-            feed = self.parser.feed_bytes  # a partial line spans the chunk's edge: parse it here, in order
-            for n, data, total in chunk:
-                self.add(feed(data, source, str(n), total))
+            self._parse_here(chunk, source)  # a partial line spans the chunk's edge: parse it here, in order
             return
         self.parser.masker.masked += parsed.pan_masked
         self.add(parsed.outcomes())
