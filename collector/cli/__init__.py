@@ -19,6 +19,7 @@ from collector.errors import UserError
 COMMAND_MODULES = [
     "collector.cli.db",
     "collector.cli.ingest",
+    "collector.cli.quarantine",
     "collector.cli.lineage",
     "collector.cli.watch",
     "collector.cli.policy",

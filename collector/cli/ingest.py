@@ -78,6 +78,10 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     else:
         for line in _summary_lines(counts):
             click.echo(line)
+        if counts.quarantined:
+            sources = [_source(p) for p in paths]
+            shown = f"--source {_quote(sources[0])}"
+            click.echo(f"  the quarantined lines: draudit quarantine {shown}" + (" (and the other inputs)" if len(sources) > 1 else ""))
     for path, error in ended_early:
         if error is not None:
             click.echo(f"draudit: error: {path}: the gzip data ends early or is corrupt ({type(error).__name__}: {error}); "
@@ -87,9 +91,16 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         sys.exit(2)
     if nothing_accepted(counts):
         click.echo(f"draudit: error: none of the {counts.read} lines read could be stored, all were quarantined; "
-                   "see the reasons (draudit ingest without --output json lists them) and fix the input or "
-                   "use --format, --aliases or --default-tz", err=True)
+                   "see the reasons and the lines themselves (draudit quarantine --source …) and fix the input "
+                   "or use --format, --aliases or --default-tz", err=True)
         sys.exit(1)
+
+
+def _quote(text: str) -> str:
+    """``text`` as one shell word (for a command the user can paste)."""
+    import shlex
+
+    return shlex.quote(text)
 
 
 def nothing_accepted(counts) -> bool:

@@ -1,0 +1,49 @@
+"""``draudit quarantine``: the refused lines with reason, source and position, filterable, masked."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from collector.cli import cli
+
+LINES = [
+    '{"@timestamp":"2026-11-30T08:00:00Z","txn_id":"T-1","decision":"APPROVE"}',
+    '{"@timestamp":"garbage","txn_id":"T-2","decision":"APPROVE"}',
+    '{"@timestamp":"2026-11-30T08:00:01Z","decision":"APPROVE","message":"card 4111 1111 1111 1111"}',
+    'not json at all',
+]
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_path, database_url):
+    path = tmp_path / "app.log"
+    path.write_text("\n".join(LINES) + "\n")
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    ingest = _run("ingest", str(path), "--database-url", database_url)
+    assert ingest.exit_code == 0, ingest.output
+    assert f"the quarantined lines: draudit quarantine --source {path}" in ingest.output
+
+    out = _run("quarantine", "--database-url", database_url, "--source", str(path), "--output", "json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["total"] == doc["shown"] == 3
+    got = [(d["position"], d["reason"].split(":")[0]) for d in doc["lines"]]
+    assert got == [("2", "bad-timestamp"), ("3", "missing-transaction-id"), ("4", "unparseable")]
+    assert "4111 1111 1111 1111" not in out.stdout and "411111" in doc["lines"][1]["raw_text"]
+
+    only = json.loads(_run("quarantine", "--database-url", database_url, "--reason", "unparseable",
+                           "--output", "json").stdout)
+    assert [d["position"] for d in only["lines"]] == ["4"]
+
+    table = _run("quarantine", "--database-url", database_url, "--limit", "2")
+    assert table.exit_code == 0
+    assert f"{path}:3" in table.output and f"{path}:4" in table.output and f"{path}:2" not in table.output
+    assert "(2 of 3 shown" in table.output
+
+    none = _run("quarantine", "--database-url", database_url, "--run", "no-such-run")
+    assert none.output.strip() == "no quarantined line matches"
