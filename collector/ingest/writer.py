@@ -8,10 +8,10 @@ One call writes one batch inside the caller's transaction, in three set-based st
 2. insert the new rows straight through the driver, with the values already bound the way
    SQLAlchemy's types would bind them (records arrive as ``record.PreparedRecord``: column values
    with the attributes as JSON text): PostgreSQL draws their ids from the sequence and COPYs them
-   into the table under a savepoint (``bulk.pg_copy_new``); should a concurrent writer have stored
-   one of the keys since the lookup, that COPY is rolled back and the rows go through a TEMP
-   staging table and ``INSERT … SELECT … ON CONFLICT (dedup_key) DO NOTHING RETURNING id,
-   dedup_key``, a row that lost the race not returned and counted as a duplicate. (Measured, 50 k
+   into the table under a savepoint (``bulk.pg_copy_new``); should a concurrent writer that does
+   not take the chain's lock first (below) have stored one of the keys since the lookup, that
+   COPY is rolled back and the rows go through a TEMP staging table and ``INSERT … SELECT … ON
+   CONFLICT (dedup_key) DO NOTHING RETURNING id, dedup_key``, a row that lost the race not returned and counted as a duplicate. (Measured, 50 k
    records: the server's time per batch fell by a fifth against staging every batch, joining the
    lookup to it and inserting with ON CONFLICT.) SQLite
    runs one prepared ``INSERT … ON CONFLICT DO NOTHING`` per row (``executemany``) and reads the
@@ -27,6 +27,20 @@ One call writes one batch inside the caller's transaction, in three set-based st
 
 A record whose transaction id is already stored (or earlier in the batch) with *different*
 content is stored with ``conflict = true``: never overwritten, never dropped.
+
+Concurrent writers (HTTP requests, several collectors): on PostgreSQL a batch first takes the
+ledger chain's transaction-scoped advisory lock (``ledger.lock_chain``, the lock its ledger entries
+take anyway, held until commit), before step 1. Without it, writers whose transactions overlap
+could not see each other's uncommitted rows under READ COMMITTED, and the unique key is the
+content's (``dedup_key``): the same transaction id with different content sent by two requests at
+once was stored twice, neither flagged. Serialised, the lookup sees every row of every earlier
+writer, committed. Deadlock-free: a transaction inserts rows into these tables only once it holds
+the lock, so the holder never waits for a row of a writer that waits for the lock (taking it only
+at the ledger step, a transaction of several batches did: its second batch's insert waited for a
+concurrent writer's uncommitted key while that writer waited for the lock). A single writer (the
+CLI) finds it free: one statement per batch. The savepoint fallback of step 2 stays for a
+concurrent writer that does not take the lock first (an older collector). SQLite needs none of
+this: ``BEGIN IMMEDIATE`` serialises whole write transactions.
 """
 
 from __future__ import annotations
@@ -83,8 +97,9 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
     of those inserted, in id order.
 
     PostgreSQL: one COPY straight into the table (``bulk.pg_copy_new``); if a concurrent writer
-    stored one of the keys since the lookup, that COPY is undone and the rows go through the
-    staging table with ``ON CONFLICT (dedup_key) DO NOTHING``, the losers not returned.
+    that did not take the chain's lock first (an older collector) stored one of the keys since the
+    lookup, that COPY is undone and the rows go through the staging table with ``ON CONFLICT
+    (dedup_key) DO NOTHING``, the losers not returned.
     """
     conn = session.connection()
     if conn.dialect.name == "postgresql":
@@ -160,6 +175,10 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
             records.append(o.record.prepared())
         else:
             quarantine_rows.append(_quarantine_row(o, run_id, received_at))
+    if records or quarantine_rows:
+        # Before the lookup and any insert (module docstring): serialises concurrent writers so
+        # a transaction id re-sent with other content by an overlapping request is flagged.
+        ledger.lock_chain(session)
     if records:
         _write_records(session, records, run_id, received_ns, result)
     if quarantine_rows:

@@ -9,7 +9,9 @@ each surviving row against its leaf.
 
 Appends are serialised: PostgreSQL takes a transaction-scoped advisory lock, SQLite takes the
 database write lock by updating the head row first. Either way the head read and the entry writes
-happen in the caller's transaction, so a rollback leaves no trace.
+happen in the caller's transaction, so a rollback leaves no trace. A writer may take the chain's
+lock earlier in its transaction (``lock_chain``) to serialise its own reads and inserts with every
+other appender (the ingest writer does, before it looks up known transaction ids).
 """
 
 from __future__ import annotations
@@ -140,6 +142,20 @@ class Head:
 
     seq: int
     entry_hash: str
+
+
+def lock_chain(session: Session) -> None:
+    """PostgreSQL: take the chain's transaction-scoped advisory lock now (held until the caller's
+    transaction ends; reentrant, so the appends that follow take it again at no wait). Other
+    dialects: nothing (SQLite's ``BEGIN IMMEDIATE`` already serialises whole write transactions).
+
+    Once granted, every transaction that held it before has committed or rolled back, so a
+    statement run after this one (READ COMMITTED: a snapshot per statement) sees all their rows.
+    Must be its own statement, before those reads: a statement's snapshot is taken when it starts.
+    """
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (_PG_LOCK_KEY,))
 
 
 def _lock_and_read_head(session: Session) -> Head:
