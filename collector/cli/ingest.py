@@ -39,8 +39,9 @@ def _summary_lines(counts) -> list[str]:
 def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_path: str | None,
                default_tz: str | None, database_url: str | None, output: str) -> None:
     """Read inference log lines (Spring ECS/logstash/GELF in CRI, Fluent Bit, Vector, Filebeat or
-    OTLP envelopes; plain or .gz; - for stdin), store one record per transaction, quarantine the
-    rest with a reason, mask card numbers, and print the counts.
+    OTLP envelopes; plain or .gz; - for stdin), store each line that carries a transaction id once
+    (a transaction scored again differently is flagged as a conflict), quarantine the rest with a
+    reason, mask card numbers, and print the counts.
 
     Exit status: 0 when at least one line was stored or found already stored (or the input had no
     lines); 1 when lines were read but every one was quarantined (the counts are still printed;

@@ -25,8 +25,11 @@ One call writes one batch inside the caller's transaction, in three set-based st
    leaf template, ``record.ledger_template``, is completed with its id, ``received_ns``,
    ``run_id`` and ``conflict`` and hashed, any other hashed from its row), in the same transaction.
 
-A record whose transaction id is already stored (or earlier in the batch) with *different*
-content is stored with ``conflict = true``: never overwritten, never dropped.
+A record with a decision whose transaction id is already stored (or earlier in the batch) with a
+decision and *different* content — a transaction scored twice differently — is stored with
+``conflict = true``: never overwritten, never dropped. Records without a decision (the
+transaction's other log lines: "request received", "calling Triton", which Spring's MDC tags with
+the same id) are stored and never flagged.
 
 Concurrent writers (HTTP requests, several collectors): on PostgreSQL a batch first takes the
 ledger chain's transaction-scoped advisory lock (``ledger.lock_chain``, the lock its ledger entries
@@ -70,6 +73,7 @@ INSERT_COLUMNS = PREPARED_COLUMNS + ("received_ns", "run_id", "conflict")
 LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples hashed by ledger.values_leaf (rows without a template)
 _TXN = PREPARED_COLUMNS.index("transaction_id")
 _KEY = PREPARED_COLUMNS.index("dedup_key")
+_DECISION = PREPARED_COLUMNS.index("decision")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
 _SQLITE_INSERT = (f"INSERT INTO inference_records ({', '.join(INSERT_COLUMNS)}) "
                   f"VALUES ({', '.join('?' for _ in INSERT_COLUMNS)}) ON CONFLICT (dedup_key) DO NOTHING")
@@ -113,39 +117,44 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
 
 
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-    """The dedup keys and transaction ids already stored among ``txn_ids`` (PostgreSQL: one
-    ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
+    """The dedup keys already stored among ``txn_ids``, and those of the ids already stored with a
+    decision (a scored record: see ``_write_records``) (PostgreSQL: one ``= ANY(array)`` query;
+    SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     keys: set[str] = set()
-    txns: set[str] = set()
+    scored: set[str] = set()
     conn = session.connection()
     if conn.dialect.name == "sqlite":
         # Straight to the driver: Core's expanding IN renders 1000 bind names on every call (≈ 5 µs
         # of the writer's CPU per record); the statement text is the same for every full chunk.
         for i in range(0, len(txn_ids), LOOKUP_CHUNK):
             part = tuple(txn_ids[i:i + LOOKUP_CHUNK])
-            for txn, key in conn.exec_driver_sql(_sqlite_known_sql(len(part)), part):
+            for txn, key, has_decision in conn.exec_driver_sql(_sqlite_known_sql(len(part)), part):
                 keys.add(key)
-                txns.add(txn)
-        return keys, txns
+                if has_decision:
+                    scored.add(txn)
+        return keys, scored
     if conn.dialect.name == "postgresql":
         # One statement with the ids as one array parameter: no IN list to render, no staging table.
-        for txn, key in conn.exec_driver_sql(
-                "SELECT transaction_id, dedup_key FROM inference_records WHERE transaction_id = ANY(%s)", (list(txn_ids),)):
+        for txn, key, has_decision in conn.exec_driver_sql(
+                "SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records "
+                "WHERE transaction_id = ANY(%s)", (list(txn_ids),)):
             keys.add(key)
-            txns.add(txn)
-        return keys, txns
-    stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key).where(
+            if has_decision:
+                scored.add(txn)
+        return keys, scored
+    stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None)).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
     for i in range(0, len(txn_ids), LOOKUP_CHUNK):
-        for txn, key in session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])}):
+        for txn, key, has_decision in session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])}):
             keys.add(key)
-            txns.add(txn)
-    return keys, txns
+            if has_decision:
+                scored.add(txn)
+    return keys, scored
 
 
 @lru_cache(maxsize=8)
 def _sqlite_known_sql(count: int) -> str:
-    return ("SELECT transaction_id, dedup_key FROM inference_records WHERE transaction_id IN ("
+    return ("SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records WHERE transaction_id IN ("
             + ", ".join("?" for _ in range(count)) + ")")
 
 
@@ -188,9 +197,8 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
 
 def _write_records(session: Session, records: list[PreparedRecord], run_id: str | None, received_ns: int,
                    result: BatchResult) -> None:
-    existing_keys, existing_txns = _known(session, sorted({r.values[_TXN] for r in records}))
+    existing_keys, scored_txns = _known(session, sorted({r.values[_TXN] for r in records}))
     batch_keys: set[str] = set()
-    batch_txn_key: dict[str, str] = {}
     fresh: dict[str, tuple[PreparedRecord, tuple[Any, ...]]] = {}
     for rec in records:
         values = rec.values
@@ -199,8 +207,14 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
             result.duplicates += 1
             continue
         batch_keys.add(key)
-        conflict = txn in existing_txns or (txn in batch_txn_key and batch_txn_key[txn] != key)
-        batch_txn_key.setdefault(txn, key)
+        # A conflict is a transaction scored twice with different content: this record has a
+        # decision and one with a decision is stored (or earlier in the batch) under another key.
+        # Lines without a decision are the transaction's other log events (Spring puts the id in
+        # the MDC of every line of the request): stored, never flagged, and they flag nothing.
+        conflict = False
+        if values[_DECISION] is not None:
+            conflict = txn in scored_txns
+            scored_txns.add(txn)
         fresh[key] = (rec, values + (received_ns, run_id, conflict))
     if not fresh:
         return
