@@ -41,7 +41,7 @@ _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 _FLUENT_KEYS = frozenset({"date", "time", "stream", "_p", "logtag", "log", "message", "kubernetes",
                           "kubernetes_namespace", "docker"})
 _MERGE_LOG_KEY_GUESSES = ("log_processed", "app", "json", "parsed", "data")
-_VECTOR_KEYS = frozenset({"timestamp", "stream", "file", "source_type", "kubernetes", "message"})
+_VECTOR_KEYS = frozenset({"timestamp", "stream", "file", "source_type", "kubernetes", "message", "_partial"})
 _ELASTIC_PREFIXES = ("kubernetes.", "container.", "agent.", "input.", "data_stream.", "orchestrator.",
                      "cloud.", "host.", "event.", "log.file.", "log.offset", "stream", "@timestamp",
                      "elastic_agent.", "fileset.")
@@ -242,8 +242,11 @@ def fluent(doc: dict[str, Any], kind: str, dups: dict[str, list[Any]], app_keys:
 
 
 def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
-    """Vector ``kubernetes_logs`` event (as sent by the ``http`` sink, ``json``/``ndjson`` codec)."""
-    env = Envelope("vector")
+    """Vector ``kubernetes_logs`` event (as sent by the ``http`` sink, ``json``/``ndjson`` codec).
+
+    With ``auto_partial_merge: false`` Vector leaves a line the runtime split in chunks, each but
+    the last marked ``"_partial": true``: a partial chunk, reassembled as a CRI ``P`` chunk is."""
+    env = Envelope("vector", partial=doc.get("_partial") is True)
     k8s = doc.get("kubernetes") if isinstance(doc.get("kubernetes"), dict) else {}
     env.namespace = _s(k8s.get("pod_namespace"))
     env.pod_name = _s(k8s.get("pod_name"))

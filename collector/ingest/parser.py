@@ -11,7 +11,11 @@ requests give one unit per LogRecord.
 
 Every unit ends as exactly one ``Outcome``: a record, or a rejection with its reason, the source
 and the position. Rejected text is PAN-masked and, for oversize lines, truncated *after* masking
-(a PAN cut by the truncation is removed, not half-kept).
+(a PAN cut by the truncation is removed, not half-kept). A partial line never completed keeps the
+first 6 digits of a run that ends its payload (in every envelope: the end of a CRI line, the end
+of the Fluent Bit ``log`` string…), and a line quarantined with no partial pending for its stream
+(the continuation of one whose first chunks came in another request or file) the last 4 of a run
+that starts its payload: the two pieces of a PAN cut between them show no more than a masked PAN.
 
 Reason slugs: ``line-too-long``, ``not-utf8``, ``unparseable``, ``nesting-too-deep``,
 ``duplicate-key``, ``wrong-format``, ``missing-payload``, ``missing-transaction-id``,
@@ -24,7 +28,9 @@ range-checked while the record is built (``payloads.RecordBuilder``), never left
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
+from json.decoder import scanstring
 from typing import Any, Callable, Iterable
 
 import orjson
@@ -35,7 +41,8 @@ from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
-                                  mask_cut_end, mask_exponent_numbers, mask_text, may_contain_pan)
+                                  mask_cut_end, mask_exponent_numbers, mask_text, may_contain_pan, unescape_digits)
+from collector.ingest.pan import _SEP_RUN, _SEP_UNIT  # for _mask_cut_start (to move to pan.py)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -43,6 +50,96 @@ from collector.store.canonical import canonical_json
 ENVELOPE_FORMATS = ("cri", "docker_json", "fluentbit", "fluentd", "vector", "elastic", "otlp")
 FORMATS = ("auto",) + ENVELOPE_FORMATS + PAYLOAD_FORMATS
 QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
+
+# -- the two ends of a line cut inside a PAN -------------------------------------------------------
+# A PAN cut between two partial chunks that the parser does not see together (the ``P`` chunk at
+# the end of one HTTP request or file, the ``F`` chunk in the next) is quarantined twice: the
+# unfinished partial (``incomplete-partial``) and the continuation (``unparseable``). Each piece
+# alone is no PAN, so PAN masking keeps both, and together they give the PAN back. The end of the
+# first keeps its first 6 digits (``pan.mask_cut_end``), the start of the second its last 4
+# (``_mask_cut_start``): together no more than a masked PAN shows.
+CUT_START_KEEP = 4  # digits a continuation's leading digit run keeps (the last ones: a PAN's last 4)
+_CUT_START_CHARS = 512  # how far from the start a leading run is looked for (as pan._CUT_END_CHARS)
+# The bytes of a multi-byte character cut at the start (a separator such as U+00A0 split between
+# the chunks), decoded as U+FFFD or written as ``\xNN``: they do not stop the run behind them.
+_UNDECODABLE_START = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+")
+# Separators, then digits with separators between them, ending on a digit.
+_LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{_SEP_UNIT})*\d)*)")
+
+
+def _mask_cut_start(text: str) -> tuple[str, int]:
+    """Mask the digits at the very start of ``text`` when they may be the end of a PAN cut off there.
+
+    For the continuation of a partial line whose first chunks the parser did not see (another
+    request, another file): a run of more than ``CUT_START_KEEP`` (4) digits (separators and their
+    escapes between them, as for a PAN; separators and the bytes of a cut multi-byte character
+    before it stay) that starts the text keeps its last 4 digits, every other digit becomes ``*``
+    and the separators inside the run go (``11111111 ok`` → ``****1111 ok``), the mirror of
+    ``pan.mask_cut_end``. Private here for now: it belongs in ``pan.py`` next to ``mask_cut_end``.
+
+    Returns:
+        ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
+    """
+    original = text
+    head = text[:_CUT_START_CHARS]
+    if "\\u" in head:  # a digit written as a \uXXXX escape is a digit (``pan.unescape_digits``)
+        text = unescape_digits(head) + text[_CUT_START_CHARS:]
+    lead = _UNDECODABLE_START.match(text)
+    m = _LEADING_DIGIT_RUN.match(text, lead.end() if lead else 0)
+    if m is None:
+        return original, 0
+    start, end = m.span("run")
+    digits = "".join(_SEP_RUN.split(text[start:end]))
+    if len(digits) <= CUT_START_KEEP:
+        return original, 0
+    return text[:start] + "*" * (len(digits) - CUT_START_KEEP) + digits[-CUT_START_KEEP:] + text[end:], 1
+
+
+def _string_spans(raw: str) -> list[tuple[int, int, str]]:
+    """``(start, end, value)`` of every JSON string in ``raw`` (keys too): ``raw[start:end]`` is its
+    text between the quotes, ``value`` the string it decodes to. Outside a string JSON has no quote."""
+    spans = []
+    i = raw.find('"')
+    while i != -1:
+        try:
+            value, end = scanstring(raw, i + 1, False)
+        except ValueError:  # unterminated: not JSON after all
+            break
+        spans.append((i + 1, end - 1, value))
+        i = raw.find('"', end)
+    return spans
+
+
+def _payload_spans(raw: str, payload: str, kind: str) -> list[tuple[int, int]]:
+    """Where the application line ``payload`` (an envelope's text payload) is written in its input
+    line ``raw``: the content at the end of a CRI line; in a JSON envelope the string that decodes
+    to it (Fluent Bit / Fluentd ``log`` or ``message``, Vector and Elastic ``message``, docker
+    ``log`` with its newline). When no string is found to be it (a sanitised value), every string
+    of the line: the cut ends of each are masked, conservatively."""
+    if kind == "cri" or not raw.lstrip().startswith("{"):
+        return [(len(raw) - len(payload), len(raw))] if raw.endswith(payload) else [(0, len(raw))]
+    spans = _string_spans(raw)
+    found = [(s, e) for s, e, v in spans if _is_payload(v, payload)]
+    return found or [(s, e) for s, e, _ in spans]
+
+
+def _is_payload(value: str, payload: str) -> bool:
+    """True when the JSON string ``value`` is the envelope payload ``payload`` (sanitised as the
+    decoded line is, its final newline dropped as ``envelopes.docker_json`` drops it)."""
+    if value == payload:
+        return True
+    value = _sanitise(value)
+    return value == payload or value.rstrip("\r\n") == payload
+
+
+def _mask_spans(raw: str, spans: list[tuple[int, int]], mask: Callable[[str], tuple[str, int]]) -> tuple[str, int]:
+    """``raw`` with ``mask`` applied to each span (a payload's text), and the number masked."""
+    count = 0
+    for s, e in sorted(spans, reverse=True):
+        text, n = mask(raw[s:e])
+        if n:
+            raw, count = raw[:s] + text + raw[e:], count + n
+    return raw, count
 
 
 
@@ -230,13 +327,15 @@ class LineParser:
         """End of input: partial lines never completed are quarantined (``incomplete-partial``)."""
         out = []
         for key, p in self._partials.items():
-            out.append(self.reject(self._partial_text(p.raws, p.chunks), "incomplete-partial: partial line (P) never "
+            out.append(self.reject(self._partial_text(p.raws, p.chunks, kind=p.env.kind),
+                                   "incomplete-partial: partial line (P) never "
                                    "completed by a final chunk before the end of input", key[0], p.position,
                                    truncated=p.overflow))
         self._partials.clear()
         return out
 
-    def _partial_text(self, raws: list[str], chunks: list[str], masker: PanMasker | None = None) -> str:
+    def _partial_text(self, raws: list[str], chunks: list[str], masker: PanMasker | None = None, *,
+                      kind: str = "cri") -> str:
         """What to quarantine for the chunks of a partial line: the raw lines joined by newlines,
         each masked, a run of digits at the end of each masked as a cut PAN (``pan.mask_cut_end``:
         every chunk ends where its writer cut the line). When the chunks' payloads joined hold
@@ -246,14 +345,24 @@ class LineParser:
         Also the text a reassembled record's ``raw_sha256`` is taken over (``masker``: a
         throw-away one, so the PANs are counted once, in the record's fields): the raw lines
         joined hold a PAN that spans chunks unmasked, and a hash of them gives it away to a brute
-        force over its middle digits (PCI DSS 3.5.1.1)."""
+        force over its middle digits (PCI DSS 3.5.1.1).
+
+        In a JSON envelope (Fluent Bit ``_p``/``logtag``, docker json-file, ``kind`` the first
+        chunk's envelope) a chunk's payload does not end its raw line (``…card 41111111",
+        "kubernetes": {…}}``): the digits at the end of the payload's string are the cut ones
+        (``_payload_spans``), masked before the rest of the line."""
         masker = masker or self.masker
         joined = "".join(chunks)
         if sum(mask_text(c)[1] for c in chunks) < mask_text(joined)[1]:
             return masker.text(joined, keep_otlp_times=True)
         out = []
-        for raw in raws:
-            raw, cut = mask_cut_end(masker.text(raw, keep_otlp_times=True))
+        for i, raw in enumerate(raws):
+            chunk = chunks[i] if i < len(chunks) else None
+            if kind != "cri" and chunk is not None and mask_cut_end(chunk)[1]:
+                raw, cut = _mask_spans(raw, _payload_spans(raw, chunk, kind), mask_cut_end)
+                raw = masker.text(raw, keep_otlp_times=True)
+            else:
+                raw, cut = mask_cut_end(masker.text(raw, keep_otlp_times=True))
             out.append(raw)
             masker.masked += cut
         return "\n".join(out)
@@ -357,22 +466,34 @@ class LineParser:
             total = pending.size + len(env.payload.encode("utf-8")) if isinstance(env.payload, str) else pending.size
             joined_raw = "\n".join(pending.raws + [raw])
             chunks = pending.chunks + ([env.payload] if isinstance(env.payload, str) else [])
+            first_kind = pending.env.kind
             if pending.overflow or total > self.max_line_bytes:
                 reason = (f"line-too-long: reassembled partial line of {total} bytes exceeds the limit of "
                           f"{self.max_line_bytes} (DRAUDIT_INGEST_MAX_LINE_BYTES)")
-                return [self.reject(self._partial_text(pending.raws + [raw], chunks), reason, source, pending.position,
-                                    truncated=True)]
+                return [self.reject(self._partial_text(pending.raws + [raw], chunks, kind=first_kind), reason, source,
+                                    pending.position, truncated=True)]
             first = pending.env
             first.payload = "".join(pending.chunks) + (env.payload if isinstance(env.payload, str) else "")
             first.partial = False
             first.extras["partial_chunks"] = len(pending.chunks) + 1
             try:
                 return [self._payload(first, joined_raw, source, pending.position,
-                                      hashed=lambda: self._partial_text(pending.raws + [raw], chunks, PanMasker()))]
+                                      hashed=lambda: self._partial_text(pending.raws + [raw], chunks, PanMasker(),
+                                                                        kind=first_kind))]
             except (Rejected, JsonRejected) as exc:
-                return [self.reject(self._partial_text(pending.raws + [raw], chunks), exc.reason, source,
-                                    pending.position)]
-        return [self._payload(env, raw, source, position)]
+                return [self.reject(self._partial_text(pending.raws + [raw], chunks, kind=first_kind), exc.reason,
+                                    source, pending.position)]
+        try:
+            return [self._payload(env, raw, source, position)]
+        except (Rejected, JsonRejected) as exc:
+            # No partial pending for this stream: the line may be the continuation of one whose
+            # first chunks the parser did not see (an earlier request or file), and the digits it
+            # starts with the end of a PAN cut there. Quarantined, they keep their last 4 only.
+            if not isinstance(env.payload, str) or not _mask_cut_start(env.payload)[1]:
+                raise
+            text, cut = _mask_spans(raw, _payload_spans(raw, env.payload, env.kind), _mask_cut_start)
+            self.masker.masked += cut
+            return [self.reject(text, exc.reason, source, position)]
 
     def _decode_payload(self, text: str,
                         merged: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
