@@ -408,13 +408,15 @@ class LineageSummary:
     when there are none), in all (``total`` = the sum of the ``by_gpu`` and ``no_gpu`` totals: the
     table in section 7 reconciles with it), and the lineage rows by the clock-skew tolerance
     (seconds, None = not recorded) they were computed with (``tolerances``, ascending, None last),
-    as ``collector.lineage.tolerances_in_use`` counts them."""
+    as ``collector.lineage.tolerances_in_use`` counts them. ``undecided``: the records without a
+    decision (the transaction's other log lines, which share its id)."""
 
     by_status: list[dict[str, Any]]
     by_gpu: list[dict[str, Any]]
     total: int
     tolerances: dict[float | None, int]
     no_gpu: dict[str, Any] | None = None
+    undecided: int = 0  # records without a decision: a transaction's other log lines (ids in Spring's MDC)
 
 
 def _lineage_summary(session: Session, scope: pop.Scope) -> LineageSummary:
@@ -433,7 +435,8 @@ def _lineage_summary(session: Session, scope: pop.Scope) -> LineageSummary:
         # hash aggregate holds in under 1 MiB (21 s).
         session.execute(text("SET LOCAL jit = off"))
         session.execute(text("SET LOCAL enable_sort = off"))
-    rows = session.execute(select(l.physical_gpu_uuid, l.status, l.reason, l.settings_id, func.count())
+    rows = session.execute(select(l.physical_gpu_uuid, l.status, l.reason, l.settings_id, func.count(),
+                                  func.count(i.decision))  # records with a decision (a scored transaction)
                            .select_from(i).outerjoin(l, l.record_id == i.id).where(pop.lineage_filter(scope))
                            .group_by(l.physical_gpu_uuid, l.status, l.reason, l.settings_id)).all()
     if postgresql:
@@ -442,7 +445,9 @@ def _lineage_summary(session: Session, scope: pop.Scope) -> LineageSummary:
     statuses: dict[tuple[str, str | None], int] = {}
     by_gpu: dict[str, dict[str, Any]] = {}
     by_settings: dict[int | None, int] = {}
-    for gpu, st, reason, settings_id, n in rows:
+    undecided = 0
+    for gpu, st, reason, settings_id, n, decided in rows:
+        undecided += n - decided
         if st is not None:  # a lineage row (its status is never null)
             by_settings[settings_id] = by_settings.get(settings_id, 0) + n
         st = st if st is not None else pop.NOT_ATTRIBUTED
@@ -454,7 +459,7 @@ def _lineage_summary(session: Session, scope: pop.Scope) -> LineageSummary:
     by_status = [{"status": st, "reason": reason or "—", "count": n}
                  for (st, reason), n in sorted(statuses.items(), key=lambda kv: (kv[0][0], kv[0][1] is None, kv[0][1] or ""))]
     return LineageSummary(by_status, [by_gpu[g] for g in sorted(g for g in by_gpu if g is not None)],
-                          sum(statuses.values()), _tolerances(session, by_settings), by_gpu.get(None))
+                          sum(statuses.values()), _tolerances(session, by_settings), by_gpu.get(None), undecided)
 
 
 def _tolerances(session: Session, by_settings: dict[int | None, int]) -> dict[float | None, int]:
@@ -731,6 +736,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "outside_tenants": sorted({b.tenant for b in beside}),
         "cross_tenant_findings": sum(1 for f in findings if _names_two_tenants(f)),
         "resends": conflicting_resends(session, scope, total_txn),
+        "undecided": summary.undecided,
         "claims": len({b.claim_uid for b in col.bars if b.from_ns < scope.to_ns and (b.to_ns is None or b.to_ns > scope.from_ns)}),
         "observed": observed,
         # coverage that supports a negative statement only for part of the period (the template qualifies it)

@@ -111,6 +111,24 @@ def test_conflicting_resends_are_flagged_in_the_lineage_and_counted_apart(sessio
         section((plain / "index.html").read_text(), "lineage")
 
 
+def test_a_transactions_other_log_lines_are_counted_apart_not_as_distinct_transactions(sessions, tmp_path, bundle):
+    """Spring's MDC puts the id on every line of a request: those records have no decision; the pack
+    says how many records are scored and how many are such lines, instead of a distinct-id figure
+    that assumed one record per transaction."""
+    fill_store(sessions)
+    with sessions.begin() as s:
+        first = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "txn-0001")).scalar_one()
+        row = {c.name: getattr(first, c.key) for c in InferenceRecord.__table__.columns if c.name != "id"}
+        row.update(decision=None, dedup_key=content_hash({"t": "txn-0001", "line": "request received"}))
+        s.execute(insert(InferenceRecord).values(**row))
+    pack = pack_for(sessions, tmp_path, bundle, "mdc")
+    html = (pack / "index.html").read_text()
+    total = len(records(pack / "data/transaction_lineage.json"))
+    assert f"{total} record(s) of transactions: {total - 1} with a decision (scored), 1 without" in section(html, "scope")
+    assert f"({total - 1} with a decision, 1 other log line(s) of transactions without one)" in section(html, "lineage")
+    assert "distinct transaction id(s)" not in html
+
+
 def test_interval_populations_flag_intervals_open_at_a_stopped_collectors_last_observation(sessions, tmp_path,
                                                                                              bundle):
     fill_store(sessions)  # scoring-mig (claim-3) from 08:00 and the slices are never seen ending
