@@ -214,3 +214,12 @@ def test_a_complete_line_that_fails_is_quarantined_as_before():
     line = _fluent("_p", "F", "plain text 11111111")
     (out,) = parser.feed_text(line, "src", "2")
     assert out.raw_text == line and parser.masker.masked == 0
+
+
+@pytest.mark.parametrize("text", ["2025-06-04 10:15:06.219 INFO 1 --- [main] o.s.b.w.e.tomcat.TomcatWebServer : Tomcat started",
+                                  "2025/06/04 10:15:06 fraud-api started"])
+def test_a_plain_text_log_lines_leading_date_is_not_taken_for_the_end_of_a_card_number(text):
+    from collector.ingest.parser import _mask_cut_start
+
+    assert _mask_cut_start(text) == (text, 0)
+    assert _mask_cut_start("1111 1111 ok") == ("****1111 ok", 1)  # a card number's tail still is

@@ -67,6 +67,11 @@ _UNDECODABLE_START = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+")
 _LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{_SEP_UNIT})*\d)*)")
 
 
+# A date in 4-2-2 groups (ISO 8601 and its slash/dot forms) starting the text: how plain-text log
+# lines begin (Spring's console pattern, logback's default), never how a card number's tail is grouped.
+_LEADING_DATE = re.compile(r"\d{4}([-/.])\d{2}\1\d{2}(?![0-9])")
+
+
 def _mask_cut_start(text: str) -> tuple[str, int]:
     """Mask the digits at the very start of ``text`` when they may be the end of a PAN cut off there.
 
@@ -75,7 +80,9 @@ def _mask_cut_start(text: str) -> tuple[str, int]:
     escapes between them, as for a PAN; separators and the bytes of a cut multi-byte character
     before it stay) that starts the text keeps its last 4 digits, every other digit becomes ``*``
     and the separators inside the run go (``11111111 ok`` → ``****1111 ok``), the mirror of
-    ``pan.mask_cut_end``. Private here for now: it belongs in ``pan.py`` next to ``mask_cut_end``.
+    ``pan.mask_cut_end``. A run that starts with a date (``2025-06-04 10:15:06 INFO …``, how a
+    plain-text log line begins) is left alone. Private here for now: it belongs in ``pan.py`` next
+    to ``mask_cut_end``.
 
     Returns:
         ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
@@ -89,6 +96,8 @@ def _mask_cut_start(text: str) -> tuple[str, int]:
     if m is None:
         return original, 0
     start, end = m.span("run")
+    if _LEADING_DATE.match(text, start):  # "2025-06-04 10:15:06 INFO …": a plain-text log line's date
+        return original, 0
     digits = "".join(_SEP_RUN.split(text[start:end]))
     if len(digits) <= CUT_START_KEEP:
         return original, 0
