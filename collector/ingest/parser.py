@@ -72,6 +72,19 @@ _LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{_SEP_UNIT})*
 _LEADING_DATE = re.compile(r"\d{4}([-/.])\d{2}\1\d{2}(?![0-9])")
 
 
+_JSON_KIND = {str: "a JSON string", int: "a JSON number", float: "a JSON number", list: "a JSON array",
+              bool: "a JSON boolean", type(None): "JSON null"}
+
+
+def _not_an_object(body: str) -> str:
+    """The quarantine reason of a line that does not start with ``{``: what it is, when it is JSON."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "unparseable: not JSON and not a CRI log line (plain text)"
+    return f"unparseable: {_JSON_KIND.get(type(value), 'a JSON value')}, not an object (a log record is a JSON object)"
+
+
 def _mask_cut_start(text: str) -> tuple[str, int]:
     """Mask the digits at the very start of ``text`` when they may be the end of a PAN cut off there.
 
@@ -389,7 +402,7 @@ class LineParser:
                 raise Rejected("wrong-format: not a CRI log line (<time> <stream> <P|F> <content>) but --format cri")
         body = _strip(line)
         if not body.startswith("{"):
-            raise Rejected("unparseable: not JSON and not a CRI log line (plain text)")
+            raise Rejected(_not_an_object(body))
         # one scan decides whether the slow sanitising checks run
         special = "\x00" in body or has_unicode_escape(body) is not None
         if not special:
