@@ -15,11 +15,13 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    time before the watcher ever synced, is not evidence.
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
-   ``pod_states`` rows, none valid at ``t``, is ``no-pod``; a uid never projected is kept (only pods
-   that reference claims are projected, so the chain then ends in ``no-claim``) unless the record's
-   namespace and name are those of a pod observed at ``t`` (with another uid, then). A uid whose pod
-   state at ``t`` contradicts the record's own namespace, name or node (each compared when the
-   record gives it), or such an unknown uid, is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
+   ``pod_states`` rows, none valid at ``t``, is ``no-pod``; so is a uid never projected (only pods
+   that reference claims are projected, but an unseen uid may as well be mistyped, another
+   cluster's, or a pod whose history was lost: that the pod held no claim would be a guess), unless
+   the record's namespace and name are those of a pod observed at ``t`` (with another uid, then).
+   A uid whose pod state at ``t`` contradicts the record's own namespace, name or node (each
+   compared when the record gives it), or such an unknown uid whose namespace and name are a pod
+   observed at ``t``, is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
    (a uid copied from another pod's line, a shipper's stale metadata cache), so the uid is no
    evidence of which pod logged and the chain stops there. A ``no-pod`` whose
    key (uid, or namespace/name) has a pod state bound within ``clock_skew_s`` of ``t`` — logged just
@@ -364,23 +366,22 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     # contradicts itself (a uid copied from another pod, a shipper's cache gone stale), so the uid is
     # no evidence of which pod logged (step 2: pod-identity-conflict).
     # A uid never observed while the record's namespace/name is a pod observed at t (which has
-    # another uid): the same contradiction, seen from the name's side.
+    # another uid): the same contradiction, seen from the name's side. A uid never observed whose
+    # name is not a pod observed at t resolves to no pod (no candidate row: no-pod); the watcher
+    # not having seen a pod is no evidence that the pod had no claim.
     ps_named = PS.alias("ps_named")
-    unknown_uid_named = and_(PS.c.id.is_(None), exists().where(
-        ps_named.c.cluster == P.c.cluster, ps_named.c.namespace == P.c.pod_namespace,
-        ps_named.c.name == P.c.pod_name, _valid_at(ps_named, P.c.t)))
+    unknown_uid_named = and_(
+        ~exists().where(ps_any.c.cluster == P.c.cluster, ps_any.c.pod_uid == P.c.pod_uid),
+        exists().where(ps_named.c.cluster == P.c.cluster, ps_named.c.namespace == P.c.pod_namespace,
+                       ps_named.c.name == P.c.pod_name, _valid_at(ps_named, P.c.t)))
     conflict = case((or_(differs(P.c.pod_namespace, PS.c.namespace), differs(P.c.pod_name, PS.c.name),
-                         differs(P.c.node_name, PS.c.node_name), unknown_uid_named), 1), else_=0)
+                         differs(P.c.node_name, PS.c.node_name), PS.c.id.is_(None)), 1), else_=0)
     by_uid = select(
         P.c.pid, P.c.pod_uid.label("pod_uid"), PS.c.namespace, PS.c.name, PS.c.node_name,
         PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, conflict.label("conflict"),
     ).select_from(
         P.outerjoin(PS, and_(PS.c.cluster == P.c.cluster, PS.c.pod_uid == P.c.pod_uid, _valid_at(PS, P.c.t)))
-    ).where(
-        P.c.in_gap == 0, P.c.pod_uid.is_not(None),
-        or_(PS.c.id.is_not(None),
-            ~exists().where(ps_any.c.cluster == P.c.cluster, ps_any.c.pod_uid == P.c.pod_uid)),
-    )
+    ).where(P.c.in_gap == 0, P.c.pod_uid.is_not(None), or_(PS.c.id.is_not(None), unknown_uid_named))
     by_name = select(
         P.c.pid, PS.c.pod_uid, PS.c.namespace, PS.c.name, PS.c.node_name,
         PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, literal(0).label("conflict"),
