@@ -5,7 +5,18 @@ whatever the app chose, and each producer spells trace ids differently (log-form
 §1.6, §7.1). Names are looked up after flattening to dotted paths and stripping GELF's ``_``;
 each name is also tried under the usual MDC containers (``mdc.``, ``context.``, ``contextMap.``,
 ``labels.``; Spring 3.5's ``logging.structured.json.context.prefix`` is added with ``--aliases``).
-The first name present wins, so the order of a list is its priority.
+The first name present wins, so the order of a list is its priority. A record holding two names
+of one field with different values keeps the first by that priority, and the other value stays in
+its attributes under its own name; ``disagreement`` words the warning for such a record
+(``draudit.warnings``: for the transaction id, ``RecordBuilder.build`` and ``fastpath`` alike).
+
+The transaction id's names (``DEFAULT_ALIASES["transaction_id"]``; README "Sending logs" and the
+``missing-transaction-id`` quarantine reason list them in this order): the application's own MDC
+keys first, ECS's ``transaction.id`` last. ``transaction.id`` is the ECS / Elastic APM field of an
+*APM transaction*, and the Elastic APM agent's log correlation writes that id into the MDC of every
+line (log-formats.md §1.6): on a line with both, ``transaction.id`` is the APM agent's id and the
+MDC key is the business transaction. A line carrying only ``transaction.id`` (the demo's ECS
+lines) still has it as its transaction id.
 
 A YAML/JSON file replaces the default list of each canonical field it names::
 
@@ -36,7 +47,8 @@ CANONICAL_FIELDS = (
 )
 
 DEFAULT_ALIASES: dict[str, tuple[str, ...]] = {
-    # ``transaction.id`` is also Elastic APM's own id: it comes last (log-formats.md §1.6).
+    # ``transaction.id`` is also Elastic APM's own id, written into the MDC by its agent: it comes
+    # last (log-formats.md §1.6; module docstring).
     "transaction_id": ("txn_id", "txnId", "transaction_id", "transactionId", "txn.id", "txnid",
                        "transaction.id"),
     "event_time": ("@timestamp", "timestamp", "time", "ts", "timeMillis", "eventTime"),
@@ -72,6 +84,27 @@ class AliasTable:
                 return name, v
         return None
 
+    def disagreement(self, flat: Mapping[str, Any], canonical: str, hit: tuple[str, Any]) -> str | None:
+        """The warning for a record in which a name of ``canonical`` other than ``hit`` (the
+        ``(name, value)`` that ``lookup`` returned) holds another value, or None (the usual case:
+        one name present, or all present names agree).
+
+        Values are compared as text (strings stripped, numbers as written: ``"T-1"`` and ``" T-1"``,
+        ``42`` and ``"42"`` agree); empty strings and nulls count as absent, as in ``lookup``. The
+        warning names the fields, not the values (the losing value stays in the attributes, masked
+        like them). One set intersection when a single name is present (the hot path).
+        """
+        if len(self._candidate_sets[canonical].intersection(flat)) < 2:
+            return None
+        winner, value = hit
+        kept = _comparable(value)
+        others = [name for name in self._candidates[canonical]
+                  if name != winner and flat.get(name) not in (None, "") and _comparable(flat[name]) != kept]
+        if not others:
+            return None
+        return (f"{canonical} fields disagree: {winner!r} taken (first in the alias order), "
+                f"{', '.join(repr(n) for n in others)} held another value (kept in attributes)")
+
     def unusable(self, flat: Mapping[str, Any], canonical: str) -> tuple[str, str] | None:
         """Why ``lookup`` found nothing for ``canonical`` although ``flat`` holds one of its names:
         ``(name, what)`` for the first name (priority order) that holds an empty string, else for
@@ -91,6 +124,10 @@ class AliasTable:
     def _candidates(self) -> dict[str, tuple[str, ...]]:
         return {canonical: tuple(names) + tuple(p + n for p in self.mdc_prefixes for n in names)
                 for canonical, names in self.names.items()}
+
+    @cached_property
+    def _candidate_sets(self) -> dict[str, frozenset[str]]:
+        return {canonical: frozenset(names) for canonical, names in self._candidates.items()}
 
     @classmethod
     def from_mapping(cls, doc: Mapping[str, Any], origin: str = "alias table") -> "AliasTable":
@@ -130,6 +167,16 @@ class AliasTable:
         if not isinstance(doc, dict):
             raise UserError(f"alias file {path}: must be a mapping of field → list of names")
         return cls.from_mapping(doc, origin=f"alias file {path}")
+
+
+def _comparable(value: Any) -> Any:
+    """``value`` as ``disagreement`` compares it: a string stripped, a number as its text (not a
+    bool: ``True`` and ``"True"`` differ), anything else as it is."""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
 
 
 # GELF 1.1 standard fields and Spring Boot's GELF additional fields (log-formats.md §1.4; Spring
