@@ -20,3 +20,17 @@ from collector.ingest.parser import LineParser
 def test_a_line_that_is_not_one_json_object_is_quarantined_with_what_it_is(line, reason):
     [outcome] = LineParser().feed_bytes(line.encode(), "app.log", "1")
     assert outcome.record is None and outcome.reason == reason
+
+
+def test_a_pod_uid_that_is_not_a_uuid_is_ignored_with_a_warning_not_silently():
+    import json
+
+    from tests.test_ingest_fastpath import K8S, NESTED, fluent
+
+    bad = "x" * 100
+    [outcome] = LineParser().feed_bytes(fluent(NESTED, k8s=dict(K8S, pod_id=bad)).encode(), "app.log", "1")
+    record = outcome.record.prepared()
+    values = dict(zip(("transaction_id", "pod_uid"), (record.values[0], record.values[4])))
+    assert values == {"transaction_id": "T-000193", "pod_uid": None}
+    warnings = json.loads(record.values[-1])["draudit.warnings"]
+    assert warnings == [f"envelope pod_id {repr(bad)[:77]}... is not a pod UID (a UUID); ignored"]

@@ -116,6 +116,16 @@ def normalise_pod_uid(value: Any) -> str | None:
     return text if _UUID.match(text) else None
 
 
+def set_pod_uid(env: Envelope, value: Any, name: str) -> None:
+    """``env.pod_uid`` from the envelope's field ``name`` (``normalise_pod_uid``); a value that is
+    there but is not a UUID is ignored with a warning (the pod is then looked up by namespace and
+    name), not silently."""
+    env.pod_uid = normalise_pod_uid(value)
+    if env.pod_uid is None and value not in (None, ""):
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        env.warnings.append(f"envelope {name} {shown} is not a pod UID (a UUID); ignored")
+
+
 def _runtime_time(env: Envelope, value: Any, default_tz: str | None = "UTC") -> None:
     if value is None:
         return
@@ -190,7 +200,7 @@ def fluent(doc: dict[str, Any], kind: str, dups: dict[str, list[Any]], app_keys:
     k8s = doc.get("kubernetes") if isinstance(doc.get("kubernetes"), dict) else {}
     env.namespace = _s(k8s.get("namespace_name"))
     env.pod_name = _s(k8s.get("pod_name"))
-    env.pod_uid = normalise_pod_uid(k8s.get("pod_id"))
+    set_pod_uid(env, k8s.get("pod_id"), "pod_id")
     env.node_name = _s(k8s.get("host"))
     env.container_name = _s(k8s.get("container_name"))
     docker = doc.get("docker") if isinstance(doc.get("docker"), dict) else {}
@@ -250,7 +260,7 @@ def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
     k8s = doc.get("kubernetes") if isinstance(doc.get("kubernetes"), dict) else {}
     env.namespace = _s(k8s.get("pod_namespace"))
     env.pod_name = _s(k8s.get("pod_name"))
-    env.pod_uid = normalise_pod_uid(k8s.get("pod_uid"))
+    set_pod_uid(env, k8s.get("pod_uid"), "pod_uid")
     env.node_name = _s(k8s.get("pod_node_name"))
     env.container_name = _s(k8s.get("container_name"))
     env.container_id = normalise_container_id(k8s.get("container_id"))
@@ -279,7 +289,7 @@ def elastic(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
     ns = flat.get("kubernetes.namespace")
     env.namespace = _s(ns) or _s(flat.get("kubernetes.namespace.name"))
     env.pod_name = _s(flat.get("kubernetes.pod.name"))
-    env.pod_uid = normalise_pod_uid(flat.get("kubernetes.pod.uid"))
+    set_pod_uid(env, flat.get("kubernetes.pod.uid"), "kubernetes.pod.uid")
     env.node_name = _s(flat.get("kubernetes.node.name"))
     env.container_name = _s(flat.get("kubernetes.container.name"))
     env.container_id = normalise_container_id(flat.get("container.id"))

@@ -125,6 +125,8 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     # -- envelopes.fluent, for a "fluentbit" record whose payload is the raw ``log`` line --------------
     k8s = doc["kubernetes"]  # a dict: envelopes.detect said fluentbit by looking into it
     namespace, pod_name, pod_uid, node_name, container_name, container_id = _pod(k8s)
+    if pod_uid is None and k8s.get("pod_id") not in (None, ""):
+        return None  # a pod_id that is not a UUID: the general path warns (envelopes.set_pod_uid)
     extras = [(name, k8s[src]) for src, name in _EXTRAS if k8s.get(src) not in _NOT_EXTRA]
     stream = envelopes._s(doc.get("stream"))
     env_warnings: list[str] = []

@@ -621,7 +621,7 @@ class LineParser:
         env = Envelope("otlp_app", warnings=list(r.warnings))
         env.namespace = res.get("k8s.namespace.name") if isinstance(res.get("k8s.namespace.name"), str) else None
         env.pod_name = res.get("k8s.pod.name") if isinstance(res.get("k8s.pod.name"), str) else None
-        env.pod_uid = envelopes.normalise_pod_uid(res.get("k8s.pod.uid"))
+        envelopes.set_pod_uid(env, res.get("k8s.pod.uid"), "k8s.pod.uid")
         env.container_name = res.get("k8s.container.name") if isinstance(res.get("k8s.container.name"), str) else None
         env.node_name = res.get("k8s.node.name") if isinstance(res.get("k8s.node.name"), str) else None
         env.container_id = envelopes.normalise_container_id(res.get("container.id"))
