@@ -26,7 +26,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import orjson
-from sqlalchemy import Table, func, select, text
+from sqlalchemy import JSON, Table, func, select, text
 from sqlalchemy.orm import Session
 
 from collector.store.bulk import core_bind
@@ -320,13 +320,18 @@ def leaf_template_function(table_name: str, columns: tuple[str, ...], late: tupl
     if list(late) != sorted(late) or not set(late) <= set(names) or _datetime_columns(table):
         return lambda values: None
     missing, marker = len(columns), len(columns) + 1  # positions of the two values appended to each tuple
+    # The members in sorted order already (ASCII column names): orjson need not sort them, unless a
+    # JSON column's value (a dict whose keys need sorting too) is written here rather than filled in.
+    names = tuple(sorted(names))
+    nested = any(isinstance(table.c[n].type, JSON) for n in names if n not in late)
+    options = _FAST_OPTS if nested else _FAST_OPTS & ~orjson.OPT_SORT_KEYS
     pick = itemgetter(*[marker if n in late else columns.index(n) if n in columns else missing for n in names])
     nul = orjson.Fragment(b"\x00")
     holes = len(late)
 
     def template(values: Sequence[Any]) -> LeafTemplate | None:
         try:
-            data = orjson.dumps(dict(zip(names, pick((*values, None, nul)))), default=_fast_default, option=_FAST_OPTS)
+            data = orjson.dumps(dict(zip(names, pick((*values, None, nul)))), default=_fast_default, option=options)
         except (_NotFast, orjson.JSONEncodeError):
             return None
         if data.count(b"\x00") != holes:
