@@ -116,8 +116,6 @@ def _warnings(data: bytes) -> list[str]:
     return out.record.attributes.get("draudit.warnings", [])
 
 
-@pytest.mark.xfail(strict=True, reason="needs RecordBuilder.build (payloads.py) and fastpath._record to call "
-                                       "AliasTable.disagreement: see the alias-precedence report")
 def test_a_line_whose_aliases_disagree_carries_a_warning():
     assert _warnings(_line(**{"transaction.id": "ALIAS-A", "txn_id": "ALIAS-B"})) == [
         "transaction_id fields disagree: 'txn_id' taken (first in the alias order), "

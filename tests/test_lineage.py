@@ -392,7 +392,7 @@ def test_unattributed_reasons(hist):
     h.pod("fraud-scorer-4", "gpu-node-a", T0, claims={}, containers={})
     h.pod("fraud-scorer-4", "gpu-node-a", T0 + 10 * S, claims={}, containers={})
     recs = {
-        "no-claim (uid never projected)": h.record("t1", T0 + 60 * S, pod_uid="7a4b1c2d-0000-4000-8000-00000000dead"),
+        "no-pod (uid never projected)": h.record("t1", T0 + 60 * S, pod_uid="7a4b1c2d-0000-4000-8000-00000000dead"),
         "no-claim (claim not needed)": h.record("t2", T0 + 60 * S, pod_uid=unneeded, container="main"),
         "no-pod (unknown name)": h.record("t3", T0 + 60 * S, pod="fraud-scorer-9"),
         "no-pod (uid not alive at t)": h.record("t4", T0 - 60 * S, pod_uid=pending),
@@ -404,7 +404,7 @@ def test_unattributed_reasons(hist):
     summary = attribute_run(h.s)
     got = {label: (lineage_of(h.s, r)["status"], lineage_of(h.s, r)["reason"]) for label, r in recs.items()}
     assert got == {
-        "no-claim (uid never projected)": ("unattributed", "no-claim"),
+        "no-pod (uid never projected)": ("unattributed", "no-pod"),
         "no-claim (claim not needed)": ("unattributed", "no-claim"),
         "no-pod (unknown name)": ("unattributed", "no-pod"),
         "no-pod (uid not alive at t)": ("unattributed", "no-pod"),
@@ -413,7 +413,7 @@ def test_unattributed_reasons(hist):
         "several-pods": ("ambiguous", "several-pods"),
     }
     assert summary.as_json() == {"exact": 0, "ambiguous": 1, "unattributed": 6, "by_reason": {
-        "several-pods": 1, "no-allocation": 1, "no-claim": 2, "no-device-record": 1, "no-pod": 2},
+        "several-pods": 1, "no-allocation": 1, "no-claim": 1, "no-device-record": 1, "no-pod": 3},
         "revisited": 0, "revised": 0}
     assert lineage_of(h.s, recs["several-pods"])["candidates"] == 2
     assert lineage_of(h.s, recs["no-device-record"])["claim_name"] == "fraud-scorer-3-gpu"
@@ -575,7 +575,7 @@ def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist):
                        node="gpu-node-c", container="classifier")
     # Newcomer repro: a uid never observed, with the namespace/name of the risk pod observed then, was
     # `no-claim` ("the pod had no claim"), though the pod of that name held one. Before the pod was
-    # observed, and for a name never observed, an unknown uid is kept (no-claim, as before).
+    # observed, and for a name never observed, an unknown uid names no pod (no-pod).
     unknown = "00000000-0000-0000-0000-000000000000"
     unknown_uid = h.record("txn-unknown-uid", t, pod_uid=unknown, pod="fraud-scorer-7c9d4-s2rld")
     unknown_before = h.record("txn-unknown-before", T0 - 60 * S, pod_uid=unknown, pod="fraud-scorer-7c9d4-s2rld")
@@ -588,8 +588,8 @@ def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist):
     conflict = ("unattributed", "pod-identity-conflict")
     assert got == {consistent: ("exact", None), uid_only: ("exact", None), foreign: conflict,
                    wrong_ns: conflict, wrong_node: conflict, by_name: ("unattributed", "no-claim"),
-                   unknown_uid: conflict, unknown_before: ("unattributed", "no-claim"),
-                   unknown_name: ("unattributed", "no-claim")}
+                   unknown_uid: conflict, unknown_before: ("unattributed", "no-pod"),
+                   unknown_name: ("unattributed", "no-pod")}
     row = lineage_of(h.s, foreign)
     assert (row["pod_uid"], row["node_name"], row["claim_name"], row["physical_gpu_uuid"]) == (risk, None, None, None)
     assert kyc != risk

@@ -143,6 +143,9 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     # -- RecordBuilder.build with the null masker (the transaction id found above) ----------------
     consumed: set[str] = {hit[0]}
     warnings = env_warnings
+    disagree = builder.aliases.disagreement(flat, "transaction_id", hit)
+    if disagree is not None:
+        warnings.append(disagree)
     time = builder.event_time(flat, consumed)
     if time is None:
         if runtime_ns is None:

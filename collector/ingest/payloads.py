@@ -176,6 +176,9 @@ class RecordBuilder:
             raise Rejected(f"bad-transaction-id: field {txn_name!r} {_what_it_is(txn_value)}, not a transaction id "
                            "(a non-blank string or a number)")
         consumed.add(txn_name)
+        disagree = a.disagreement(flat, "transaction_id", hit)
+        if disagree is not None:
+            warnings.append(disagree)
 
         payload_time = self.event_time(flat, consumed)
         time = _in_range(event_time, "the OTLP timeUnixNano") if event_time else payload_time
