@@ -11,10 +11,13 @@ generated classes (``opentelemetry.proto.collector.logs.v1.logs_service_pb2``).
 from __future__ import annotations
 
 import base64
+import binascii
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+from collector.ingest.pan import mask_binary, mask_text
 
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
 OTLP_SNIFF_BYTES = 256  # how far into a line ``looks_like_export_request`` looks for "resourceLogs"
@@ -89,6 +92,30 @@ def _finite(value: float) -> Any:
     return value if math.isfinite(value) else repr(value)
 
 
+def bytes_value_text(raw: bytes) -> str:
+    """An ``AnyValue.bytes_value`` as stored: base64 (RFC 4648) of the bytes with any card number in
+    them masked first — base64 hides digits from the masker that reads the stored text, so a PAN in a
+    bytes attribute would be stored whole. Read as Latin-1 (one character per byte): a PAN written
+    as text (``pan.mask_text``) and, in binary data, every run of 13+ digits (``pan.mask_binary``)
+    keep their first 6 and last 4 digits."""
+    text = raw.decode("latin-1")
+    masked, found = mask_text(text)
+    masked, runs = mask_binary(masked)
+    if found or runs:
+        raw = masked.encode("latin-1", "replace")
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _json_bytes(value: str) -> str:
+    """OTLP/JSON ``bytesValue`` (base64 text) as ``bytes_value_text`` stores it; text that is not
+    base64 stays as given (the masker reads it as text)."""
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return value
+    return bytes_value_text(raw)
+
+
 def json_any_value(value: Any) -> Any:
     """An OTLP/JSON ``AnyValue`` object → Python value (``kvlistValue`` → dict, ``arrayValue`` → list)."""
     v = _dict(value)
@@ -105,7 +132,7 @@ def json_any_value(value: Any) -> Any:
         except (TypeError, ValueError):
             return None
     if "bytesValue" in v:
-        return v["bytesValue"] if isinstance(v["bytesValue"], str) else None
+        return _json_bytes(v["bytesValue"]) if isinstance(v["bytesValue"], str) else None
     if "arrayValue" in v:
         return [json_any_value(x) for x in _list(_dict(v["arrayValue"]).get("values"))]
     if "kvlistValue" in v:
@@ -298,7 +325,7 @@ def _pb_any_value(v: Any) -> Any:
     if kind == "double_value":
         return _finite(v.double_value)
     if kind == "bytes_value":
-        return base64.b64encode(v.bytes_value).decode("ascii")
+        return bytes_value_text(v.bytes_value)
     if kind == "array_value":
         return [_pb_any_value(x) for x in v.array_value.values]
     if kind == "kvlist_value":

@@ -1,0 +1,53 @@
+"""An OTLP ``bytesValue`` attribute is stored as base64, which hides its digits from the masker that
+reads stored text: a card number in it is masked in the bytes before they are encoded."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from sqlalchemy import select, text
+
+from collector.store.models import InferenceRecord
+from tests.test_ingest_otlp_malformed import AUTH, _client, _record, _request
+
+PAN = b"4111 1111 1111 1111"
+
+
+def _stored_attributes(sessions) -> dict:
+    with sessions() as s:
+        [attrs] = s.execute(select(InferenceRecord.attributes)).scalars().all()
+        everything = " ".join(str(v) for row in s.execute(text("SELECT * FROM inference_records")) for v in row)
+    assert "4111111111111111" not in everything.replace(" ", "") and base64.b64encode(PAN).decode() not in everything
+    return attrs
+
+
+def test_a_card_number_in_a_json_bytes_value_is_masked(sessions, database_url):
+    doc = _request(_record("T-B1", attributes=[
+        {"key": "txn_id", "value": {"stringValue": "T-B1"}},
+        {"key": "payload", "value": {"bytesValue": base64.b64encode(b"card " + PAN + b" ok").decode()}},
+        {"key": "blob", "value": {"bytesValue": base64.b64encode(b"\x08\x01\x12\x13" + PAN.replace(b" ", b"")).decode()}},
+        {"key": "plain", "value": {"bytesValue": base64.b64encode(b"\x00\x01hello").decode()}}]))
+    r = _client(sessions, database_url).post("/v1/logs", content=json.dumps(doc),
+                                             headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    attrs = _stored_attributes(sessions)
+    assert base64.b64decode(attrs["payload"]) == b"card 411111******1111 ok"
+    assert base64.b64decode(attrs["blob"]) == b"\x08\x01\x12\x13411111******1111"
+    assert attrs["plain"] == base64.b64encode(b"\x00\x01hello").decode()  # untouched
+
+
+def test_a_card_number_in_a_protobuf_bytes_value_is_masked(sessions, database_url):
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    req = ExportLogsServiceRequest()
+    lr = req.resource_logs.add().scope_logs.add().log_records.add()
+    lr.time_unix_nano = 1796028378000000000
+    lr.body.string_value = "scored"
+    lr.attributes.extend([KeyValue(key="txn_id", value=AnyValue(string_value="T-B2")),
+                          KeyValue(key="payload", value=AnyValue(bytes_value=b"card " + PAN + b" ok"))])
+    r = _client(sessions, database_url).post("/v1/logs", content=req.SerializeToString(),
+                                             headers={**AUTH, "Content-Type": "application/x-protobuf"})
+    assert r.status_code == 200, r.text
+    assert base64.b64decode(_stored_attributes(sessions)["payload"]) == b"card 411111******1111 ok"
