@@ -83,6 +83,11 @@ def hand_made() -> list[str]:
         fluent(_with(NESTED, txn_id="4111111111111111")),
         fluent(NESTED, log=_compact(_with(NESTED, message=f"card {pan}"))),
         fluent(_with(NESTED, latency_ms=4.111111111111111e15)),
+        # a card layout with dots among its separators; PANs as a latency and as a time (numbers, strings)
+        fluent(_with(NESTED, message="card 4111 1111-1111.1111")), fluent(_with(NESTED, message="amex 3782.822463 10005")),
+        fluent(_with(NESTED, latency_ms=4111111111111111)), fluent(_with(NESTED, latency_ms="5500000000000004")),
+        fluent(_with(NESTED, **{"@timestamp": "4111111111111111"})), fluent(_with(NESTED, **{"@timestamp": 378282246310005})),
+        fluent(_with(NESTED, message="v1.2.3 at 10.4.12.21 took 12.345", latency_ms=1234.5678)),
         fluent(_with(NESTED, message="ref ٤١١١١١١١١١١١١١١١")),  # Arabic-Indic digits
         # duplicate keys: top level, in kubernetes, in the app object (both sides), agreeing or not
         fluent(NESTED).replace('"stream":"stdout"', '"stream":"stdout","stream":"stderr"'),
@@ -103,6 +108,9 @@ def hand_made() -> list[str]:
         fluent(_with(NESTED, **{"@timestamp": "2025-03-04T11:15:00.067+01:00"})),
         fluent(_with(NESTED, **{"@timestamp": "2025-02-30T10:15:00Z"})),
         fluent(NESTED, time="2025-03-04T10:15:00"),
+        # local times a daylight-saving change repeats and skips (Europe/Berlin and Europe/Warsaw alike)
+        fluent(_with(NESTED, **{"@timestamp": "2026-10-25T02:30:00.000"})),
+        fluent(_with(NESTED, **{"@timestamp": "2026-03-29T02:30:00"})),
         fluent(_with(NESTED, **{"@timestamp": "9999999-01-01T00:00:00Z"})),
         # ids: missing, empty, a number, a boolean, too long, blank
         fluent(_with(NESTED, txn_id=None)), fluent(_with(NESTED, txn_id="")), fluent(_with(NESTED, txn_id=987654)),

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from collector.ingest import pan
-from tests import test_ingest_fastpath, test_ingest_pan
+from tests import test_ingest_fastpath, test_ingest_pan, test_ingest_pan_separators_numbers
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -63,11 +63,28 @@ def _fuzz(n: int, seed: int = 11) -> list[str]:
     return out
 
 
+def _mixed_fuzz(n: int, seed: int = 13) -> list[str]:
+    """Card layouts (and near misses: a group one digit off) whose gaps are each a random separator,
+    dots among them, inside random text: the dot-aware search and its shortcut see every mix."""
+    rnd = random.Random(seed)
+    layouts = [["4111", "1111", "1111", "1111"], ["3782", "822463", "10005"], ["6205", "5000", "0000", "0000", "004"],
+               ["5500", "0000", "0000", "0004"], ["4111", "1111", "1111", "11111"], ["1764403200", "123456"]]
+    out = []
+    for _ in range(n):
+        groups = rnd.choice(layouts)
+        card = groups[0] + "".join(rnd.choice([" ", "-", ".", ".", "\\t", "\u00a0", "\u00ad", "\n"]) + g for g in groups[1:])
+        text = "".join(rnd.choice(ALPHABET) for _ in range(rnd.randint(0, 30)))
+        cut = rnd.randint(0, len(text))
+        out.append(text[:cut] + card + text[cut:])
+    return out
+
+
 def corpus() -> list[str]:
     lines = []
     for path in sorted(DATA.glob("*")):
         lines.extend(path.read_text(encoding="utf-8").splitlines())
-    texts = _pan_test_strings() + test_ingest_fastpath.hand_made() + lines + _fuzz(4000)
+    texts = (_pan_test_strings() + test_ingest_fastpath.hand_made() + lines + _fuzz(4000)
+             + test_ingest_pan_separators_numbers.MIXED_SEPARATOR_TEXTS + _mixed_fuzz(1500))
     # each also with the endings the cut-PAN and undecodable-end searches look at
     endings = ["", "\n", " 4111 1111", "4111\ufffd", "4111\\xc3", "4111\\xc3\n", "\\u0034", " 1.5e16", "5E-3"]
     return [t + e for t in texts for e in endings]

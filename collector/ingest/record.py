@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from collector.ingest.pan import number_holds_pan
 from collector.store import ledger
 from collector.store.canonical import canonical_json, content_hash
 
@@ -108,7 +109,11 @@ def coerce_latency_ms(value: Any) -> float | None:
 
     Raises:
         OutOfRange: a number that is not a finite double (``1e400``, an integer of 400 digits,
-            ``NaN``, ``"Infinity"``): ``inference_records.latency_ms`` is a double-precision column.
+            ``NaN``, ``"Infinity"``): ``inference_records.latency_ms`` is a double-precision column;
+            or one whose integer digits read as a card number (``4111111111111111``,
+            ``"5500000000000004.0"``: ``pan.number_holds_pan``): a double holds a 16-digit
+            integer exactly, so the column would keep the PAN whole (PCI DSS v4.0 3.3-3.4). The
+            caller keeps such a value as masked text in the attributes, as it does ``NaN``.
     """
     if isinstance(value, bool):
         return None
@@ -126,6 +131,8 @@ def coerce_latency_ms(value: Any) -> float | None:
         return None
     if not math.isfinite(f):
         raise OutOfRange("latency out of range: not a finite number of milliseconds")
+    if not -1e12 < f < 1e12 and number_holds_pan(value):  # 13 integer digits at least
+        raise OutOfRange("latency not stored as a number: its digits read as a card number (PAN)")
     return f
 
 

@@ -8,7 +8,16 @@ nanoseconds. Floats are never used for the value: a JSON number is re-read from 
 ``repr`` as a ``Decimal``, so ``1749032100.067`` is exactly ``…067 000 000`` ns.
 
 A time without a zone is rejected (``NaiveTimestamp``) unless the caller passes a default zone
-(``settings.ingest_default_tz``, an IANA name): we never guess a zone.
+(``settings.ingest_default_tz``, an IANA name): we never guess a zone. Read in that zone, a local
+time the daylight-saving change skips (``2026-03-29T02:30`` in Europe/Warsaw) is no clock reading
+and is rejected too (``NonexistentLocalTime``); one it repeats (``2026-10-25T02:30``) is read as
+the earlier instant (PEP 495 ``fold=0``) with its precision widened to reach the later one's
+interval (``[t, t + precision)`` then holds both: attribution calls a transition inside it
+ambiguous), and ``ambiguous_local_time`` says so for the record's warning.
+
+An epoch number whose digits read as a card number (13-19 digits, Luhn, a card's issuer prefix:
+``"4111111111111111"``) is not a time (``pan.number_holds_pan``): read as one, the PAN's digits
+would be stored in ``event_time_ns``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from collector.errors import UserError
+from collector.ingest.pan import PAN_MIN_DIGITS, number_holds_pan
 
 NS_PER_S = 1_000_000_000
 
@@ -36,6 +46,49 @@ class BadTimestamp(ValueError):
 
 class NaiveTimestamp(BadTimestamp):
     """A timestamp without a zone, and no default zone configured."""
+
+
+class NonexistentLocalTime(NaiveTimestamp):
+    """A timestamp without a zone that the default zone's clocks never show: the daylight-saving
+    change skips it (a naive time the zone cannot read, as one without any zone)."""
+
+
+class TimeReading(tuple):
+    """``(epoch_ns, precision_ns)`` as ``parse_iso`` reads a zone-less local time in the default zone,
+    with ``warning``: why the precision is wider than its digits (a repeated local time), or None."""
+
+    warning: str | None = None
+
+
+def ambiguous_local_time(reading: tuple[int, int]) -> str | None:
+    """The warning for a record whose time ``parse_any`` / ``parse_iso`` read as a local time the
+    default zone shows twice (``TimeReading.warning``); None for any other reading."""
+    return getattr(reading, "warning", None)
+
+
+def _local_offset_s(text: str, y: int, mo: int, d: int, hour: int, minute: int, second: int,
+                    zone_name: str, precision: int) -> tuple[int, int, str | None]:
+    """The UTC offset (seconds) of the zone-less local time in ``zone_name``, the precision to store,
+    and a warning when the local time occurs twice (fold: the earlier instant, precision widened by
+    the clocks' step so that ``[t, t + precision)`` reaches the later reading's interval too).
+
+    Raises:
+        NonexistentLocalTime: the clocks skip this local time (spring forward, PEP 495 gap).
+    """
+    tz = zone(zone_name)
+    local = datetime(y, mo, d, hour, minute, min(second, 59), tzinfo=tz)
+    first, second_reading = local.utcoffset(), local.replace(fold=1).utcoffset()
+    assert first is not None and second_reading is not None
+    if first == second_reading:
+        return int(first.total_seconds()), precision, None
+    step_ns = int(abs((first - second_reading).total_seconds())) * NS_PER_S
+    if first < second_reading:  # fold=0 reads a gap with the offset before it: the clocks jumped over it
+        raise NonexistentLocalTime(
+            f"timestamp {text} does not exist in {zone_name} (the clocks skip it at the daylight-saving change); "
+            "no instant to store")
+    return int(first.total_seconds()), precision + step_ns, (
+        f"event time {text} occurs twice in {zone_name} (daylight-saving change): stored as the earlier, "
+        f"precision widened by {step_ns // NS_PER_S} s to cover both")
 
 
 @lru_cache(maxsize=64)
@@ -121,8 +174,12 @@ def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
     Precision is ``10**(9 - fraction digits)`` ns (a whole second → 1 s).
 
     Raises:
-        NaiveTimestamp: no zone designator and ``default_tz`` is None.
+        NaiveTimestamp: no zone designator and ``default_tz`` is None; ``NonexistentLocalTime``:
+            none, and the default zone's clocks skip that local time.
         BadTimestamp: any other shape or an impossible date.
+
+    A zone-less time read in ``default_tz`` is returned as a ``TimeReading`` (its ``warning``:
+    ``ambiguous_local_time``).
     """
     text = text.strip()
     fast = _utc_fast(text)
@@ -150,10 +207,11 @@ def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
     if zone_text is None:
         if default_tz is None:
             raise NaiveTimestamp("timestamp has no time zone and no default zone is configured (DRAUDIT_INGEST_DEFAULT_TZ)")
-        local = datetime(int(y), int(mo), int(d), hour, minute, min(second, 59), tzinfo=zone(default_tz))
-        offset = local.utcoffset()
-        assert offset is not None
-        return ns - int(offset.total_seconds()) * NS_PER_S, precision
+        offset_s, precision, warning = _local_offset_s(text, int(y), int(mo), int(d), hour, minute, second,
+                                                       default_tz, precision)
+        reading = TimeReading((ns - offset_s * NS_PER_S, precision))
+        reading.warning = warning
+        return reading
     if zone_text not in ("Z", "z", "UTC"):
         sign = 1 if zone_text[0] == "+" else -1
         digits = zone_text[1:].replace(":", "")
@@ -170,7 +228,8 @@ def parse_epoch(value: int | float | str | Decimal, unit: str | None = None) -> 
     shortest ``repr``; precision follows the decimals given (``1749032100.067`` → 1 ms).
 
     Raises:
-        BadTimestamp: not a finite number.
+        BadTimestamp: not a finite number, or one whose digits read as a card number
+            (``pan.number_holds_pan`` with the issuer prefixes).
     """
     if isinstance(value, bool):
         raise BadTimestamp("timestamp is a boolean")
@@ -180,6 +239,8 @@ def parse_epoch(value: int | float | str | Decimal, unit: str | None = None) -> 
         raise BadTimestamp("timestamp is not a number") from None
     if not dec.is_finite() or dec <= 0:
         raise BadTimestamp("timestamp is not a positive finite number")
+    if dec >= 10 ** (PAN_MIN_DIGITS - 1) and number_holds_pan(dec, card_issuer_only=True):
+        raise BadTimestamp("timestamp not read: its digits read as a card number (PAN)")
     if unit is None:
         mag = abs(dec)
         unit = "s" if mag < Decimal(10) ** 11 else "ms" if mag < Decimal(10) ** 14 else "us" if mag < Decimal(10) ** 17 else "ns"
