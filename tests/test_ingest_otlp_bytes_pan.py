@@ -51,3 +51,29 @@ def test_a_card_number_in_a_protobuf_bytes_value_is_masked(sessions, database_ur
                                              headers={**AUTH, "Content-Type": "application/x-protobuf"})
     assert r.status_code == 200, r.text
     assert base64.b64decode(_stored_attributes(sessions)["payload"]) == b"card 411111******1111 ok"
+
+
+def test_an_otlp_time_whose_digits_read_as_a_card_number_is_not_stored_as_a_time():
+    from collector.ingest.parser import LineParser
+
+    for time in ("4111111111111111", 4111111111111111):
+        line = json.dumps(_request(_record("T-B3", timeUnixNano=time)))
+        [out] = LineParser(cluster="c").feed_bytes(line.encode(), "otel.jsonl", "1")
+        assert out.record is None
+        assert out.reason == "bad-timestamp: OTLP timeUnixNano: its digits read as a card number (PAN), not a time"
+        assert "4111111111111111" not in out.raw_text and "411111" in out.raw_text
+    # a real time stays a time
+    [ok] = LineParser(cluster="c").feed_bytes(json.dumps(_request(_record("T-B4"))).encode(), "otel.jsonl", "1")
+    assert ok.record is not None and ok.record.event_time_ns == 1796028378000000000
+
+
+def test_an_otlp_protobuf_time_whose_digits_read_as_a_card_number_is_rejected():
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    from collector.ingest.otlp import records_from_protobuf
+
+    req = ExportLogsServiceRequest()
+    lr = req.resource_logs.add().scope_logs.add().log_records.add()
+    lr.time_unix_nano = 4111111111111111
+    [record] = records_from_protobuf(req.SerializeToString())
+    assert record.problems == ["OTLP timeUnixNano: its digits read as a card number (PAN), not a time"]

@@ -147,6 +147,8 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     if disagree is not None:
         warnings.append(disagree)
     time = builder.event_time(flat, consumed)
+    if time is not None and timestamps.ambiguous_local_time(time):
+        warnings.append(timestamps.ambiguous_local_time(time))  # as RecordBuilder.build
     if time is None:
         if runtime_ns is None:
             return None

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from collector.ingest.pan import mask_binary, mask_text
+from collector.ingest.pan import mask_binary, mask_text, number_holds_pan
 
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
 OTLP_SNIFF_BYTES = 256  # how far into a line ``looks_like_export_request`` looks for "resourceLogs"
@@ -264,11 +264,23 @@ def _messages(items: Any, path: str, message: str) -> Iterator[tuple[str, dict[s
 def _time_problem(lr: dict[str, Any], name: str) -> str | None:
     """Why ``lr[name]`` (a fixed64 nanosecond time: a decimal string or a number) cannot be read, or None."""
     value = lr.get(name)
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+    if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
-        return None
+    if (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or \
+            (isinstance(value, str) and value.strip().isdigit()):
+        return _pan_time_problem(name, value)
+    if number_holds_pan(value):  # a float or a signed string: its text is not repeated in the reason
+        return f"OTLP {name} is not a whole number of nanoseconds since the epoch (its digits read as a card number)"
     return f"OTLP {name} {value!r} is not a whole number of nanoseconds since the epoch"
+
+
+def _pan_time_problem(name: str, value: Any) -> str | None:
+    """Why a well-formed time ``value`` of field ``name`` is not stored: its digits read as a card
+    number (``pan.number_holds_pan`` with the issuer rule: epoch nanoseconds start with 1 until
+    2033, 20-21 until 2039), so storing it as a time would keep the PAN in a number column. None otherwise."""
+    if number_holds_pan(value, card_issuer_only=True):
+        return f"OTLP {name}: its digits read as a card number (PAN), not a time"
+    return None
 
 
 def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
@@ -400,8 +412,10 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
         for j, sl in enumerate(rl.scope_logs):
             for k, lr in enumerate(sl.log_records):
                 warnings: list[str] = []
+                problems = [p for p in (_pan_time_problem("timeUnixNano", lr.time_unix_nano),
+                                        _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano)) if p]
                 yield OtlpLogRecord(
-                    position=f"rl{i}.sl{j}.lr{k}", resource=resource,
+                    position=f"rl{i}.sl{j}.lr{k}", resource=resource, problems=problems,
                     scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
                     time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=lr.observed_time_unix_nano,
                     severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,

@@ -42,6 +42,7 @@ from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, f
 from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
                                   mask_cut_end, mask_exponent_numbers, mask_text, may_contain_pan, unescape_digits)
+from collector.ingest.pan import number_holds_pan
 from collector.ingest.pan import _SEP_RUN, _SEP_UNIT  # for _mask_cut_start (to move to pan.py)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
@@ -609,8 +610,9 @@ class LineParser:
         view = r.view()
         view["logRecord"]["timeUnixNano"] = view["logRecord"]["observedTimeUnixNano"] = None
         masked = masker.value(view)
-        masked["logRecord"]["timeUnixNano"] = r.time_unix_nano
-        masked["logRecord"]["observedTimeUnixNano"] = r.observed_time_unix_nano
+        for name, value in (("timeUnixNano", r.time_unix_nano), ("observedTimeUnixNano", r.observed_time_unix_nano)):
+            # kept as parsed, unless its digits read as a card number (then it is no time: otlp._pan_time_problem)
+            masked["logRecord"][name] = masker.value(value) if number_holds_pan(value, card_issuer_only=True) else value
         return masked
 
     def _otlp_record(self, r: OtlpLogRecord, raw: str, source: str, position: str) -> CanonicalRecord:

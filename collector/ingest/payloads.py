@@ -182,6 +182,8 @@ class RecordBuilder:
 
         payload_time = self.event_time(flat, consumed)
         time = _in_range(event_time, "the OTLP timeUnixNano") if event_time else payload_time
+        if time is payload_time and payload_time is not None and timestamps.ambiguous_local_time(payload_time):
+            warnings.append(timestamps.ambiguous_local_time(payload_time))  # a local time the default zone shows twice
         if time is None:
             if env.runtime_time_ns is None:
                 raise Rejected("missing-event-time: neither the application line nor the envelope has a timestamp")
@@ -199,11 +201,13 @@ class RecordBuilder:
         if h is not None:
             try:
                 latency = coerce_latency_ms(h[1])
-            except OutOfRange:
-                # NaN, infinity, 1e400: the transaction is still evidence; only its latency is not a
-                # number the column holds (it was the whole line's quarantine)
+            except OutOfRange as exc:
+                # NaN, infinity, 1e400, a card number: the transaction is still evidence; only its
+                # latency is not a number the column holds (it was the whole line's quarantine)
                 unbounded_latency = h[0]
-                warnings.append(f"latency field {h[0]!r} is not a finite number of milliseconds; kept in attributes as text")
+                warnings.append(f"latency field {h[0]!r} holds a card number; kept in attributes as masked text"
+                                if "card number" in str(exc) else
+                                f"latency field {h[0]!r} is not a finite number of milliseconds; kept in attributes as text")
             else:
                 if latency is None:
                     warnings.append(f"latency field {h[0]!r} is not a number; kept in attributes")
