@@ -24,6 +24,7 @@ finaliser runs on inherited handles. Without ``fork`` (not POSIX) the run parses
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import gc
 import multiprocessing
 import os
@@ -194,7 +195,7 @@ class _Failure:
     traceback: str
 
 
-def _serve(conn: Connection, parser_kwargs: dict[str, Any]) -> None:
+def _serve(tasks_in: Connection, answers_out: Connection, parser_kwargs: dict[str, Any]) -> None:
     """A worker's life: answer each chunk received with its ``ParsedChunk``, in the order received.
 
     A thread receives the chunks as they come, so the writer's ``send`` never waits on this
@@ -206,7 +207,7 @@ def _serve(conn: Connection, parser_kwargs: dict[str, Any]) -> None:
     def receive() -> None:
         try:
             while True:
-                tasks.put(conn.recv())
+                tasks.put(tasks_in.recv())
         except (EOFError, OSError):  # the writer closed its end: stop after the chunks received
             tasks.put(None)
 
@@ -217,18 +218,52 @@ def _serve(conn: Connection, parser_kwargs: dict[str, Any]) -> None:
         except Exception:  # noqa: BLE001 - reported to the writer, which raises WorkerFailed
             answer = _Failure(traceback.format_exc())
         try:
-            conn.send(answer)
+            answers_out.send(answer)
         except OSError:  # the writer is gone
             return
 
 
-class _Answer:
-    """The pending answer to one submitted chunk (``get()`` it in the order submitted)."""
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; the constant is in fcntl from Python 3.10 on Linux only)
+PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size
 
-    __slots__ = ("_conn", "_process")
+
+def _widen(conn: Connection) -> None:
+    """Give the pipe under ``conn`` a ``PIPE_BYTES`` buffer where Linux allows it (64 KiB otherwise).
+
+    A chunk (~1.5 MB) or an answer (~1.6 MB) then crosses in two writes and two reads instead of
+    ~25: each read of a 64 KiB piece had the worker's receiving thread wait for the parsing thread
+    to let go of the GIL (up to 5 ms), and the writer's ``send`` waited on it."""
+    try:
+        fcntl.fcntl(conn.fileno(), getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), PIPE_BYTES)
+    except OSError:  # not Linux, or above the system's pipe-max-size: the default buffer
+        pass
+
+
+class _Answer:
+    """The pending answer to one submitted chunk, received ahead by the pool's receiving thread."""
+
+    __slots__ = ("_conn", "_process", "_done", "_value", "_error")
 
     def __init__(self, conn: Connection, process: Any) -> None:
         self._conn, self._process = conn, process
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: WorkerFailed | None = None
+
+    def _receive(self) -> None:
+        """Read the answer off the worker's pipe (the receiving thread, in the order submitted)."""
+        try:
+            answer = self._conn.recv()
+        except (EOFError, OSError):
+            self._process.join(1)
+            self._error = WorkerFailed(f"parse worker {self._process.pid} ended without answering "
+                                       f"(exit code {self._process.exitcode})")
+        else:
+            if isinstance(answer, _Failure):
+                self._error = WorkerFailed(f"parse worker {self._process.pid} failed:\n{answer.traceback}")
+            else:
+                self._value = answer
+        self._done.set()
 
     def get(self) -> ParsedChunk:
         """The worker's ``ParsedChunk``.
@@ -236,25 +271,29 @@ class _Answer:
         Raises:
             WorkerFailed: the worker raised while parsing, or ended (killed: out of memory…).
         """
-        try:
-            answer = self._conn.recv()
-        except (EOFError, OSError):
-            self._process.join(1)
-            raise WorkerFailed(f"parse worker {self._process.pid} ended without answering "
-                               f"(exit code {self._process.exitcode})") from None
-        if isinstance(answer, _Failure):
-            raise WorkerFailed(f"parse worker {self._process.pid} failed:\n{answer.traceback}")
-        return answer
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _receive_answers(pending: "queue.SimpleQueue[_Answer | None]") -> None:
+    """The pool's receiving thread: each answer read and unpickled as soon as it comes, in the order
+    the chunks were submitted, while the writer writes (sqlite3 and psycopg let go of the GIL while
+    the database works: reading the next answer then costs the writer nothing)."""
+    while (answer := pending.get()) is not None:
+        answer._receive()
 
 
 class ParsePool:
     """Worker processes configured like the run's parser, each fed by a pipe of its own.
 
     Chunks go to the workers in turn and each worker answers its chunks in the order it got them,
-    so answers taken in the order submitted come back in input order. No helper thread in this
-    process: ``multiprocessing.Pool`` ran three, and its worker-handler thread woke at every
-    byte of an answer waiting to be read (it waits on the result pipe), spinning while a 1.6 MB
-    answer was read (measured, 100 k Fluent Bit lines: 0.4 s of the writer's CPU, ~10 %).
+    so answers taken in the order submitted come back in input order; one thread of this process
+    receives them ahead (``_receive_answers``). ``multiprocessing.Pool`` ran three, and its
+    worker-handler thread woke at every byte of an answer waiting to be read (it waits on the
+    result pipe), spinning while a 1.6 MB answer was read (measured, 100 k Fluent Bit lines: 0.4 s
+    of the writer's CPU, ~10 %).
 
     Args:
         workers: number of worker processes (≥ 1).
@@ -264,16 +303,25 @@ class ParsePool:
     def __init__(self, workers: int, parser_kwargs: dict[str, Any]) -> None:
         ctx = multiprocessing.get_context("fork")
         self.workers = workers
-        self._conns: list[Connection] = []
+        self._conns: list[Connection] = []  # chunks to each worker
+        self._answers: list[Connection] = []  # its answers
         self._processes: list[Any] = []
         self._turn = 0
+        self._pending: queue.SimpleQueue[_Answer | None] = queue.SimpleQueue()
+        self._receiver: threading.Thread | None = None
         try:
             for _ in range(workers):
-                ours, theirs = ctx.Pipe()
-                process = ctx.Process(target=_serve, args=(theirs, parser_kwargs), name="draudit-parse", daemon=True)
+                tasks_in, tasks_out = ctx.Pipe(duplex=False)  # one pipe each way: a pipe's buffer can be widened
+                answers_in, answers_out = ctx.Pipe(duplex=False)
+                _widen(tasks_out)
+                _widen(answers_out)
+                process = ctx.Process(target=_serve, args=(tasks_in, answers_out, parser_kwargs), name="draudit-parse",
+                                      daemon=True)
                 process.start()
-                theirs.close()
-                self._conns.append(ours)
+                tasks_in.close()
+                answers_out.close()
+                self._conns.append(tasks_out)
+                self._answers.append(answers_in)
                 self._processes.append(process)
         except BaseException:
             self.close()
@@ -299,17 +347,27 @@ class ParsePool:
             process = self._processes[i]
             process.join(1)
             raise WorkerFailed(f"parse worker {process.pid} ended (exit code {process.exitcode})") from None
-        return _Answer(self._conns[i], self._processes[i])
+        answer = _Answer(self._answers[i], self._processes[i])
+        if self._receiver is None:
+            self._receiver = threading.Thread(target=_receive_answers, args=(self._pending,),
+                                              name="draudit-parse-answers", daemon=True)
+            self._receiver.start()
+        self._pending.put(answer)
+        return answer
 
     def close(self) -> None:
-        """Stop the workers (chunks not answered yet are abandoned)."""
-        for conn in self._conns:
-            conn.close()
+        """Stop the workers (chunks not answered yet are abandoned) and the receiving thread."""
         for process in self._processes:
-            process.terminate()
+            process.terminate()  # first: a receive in progress then ends (EOF) instead of waiting
+        self._pending.put(None)
+        if self._receiver is not None:
+            self._receiver.join()
+            self._receiver = None
+        for conn in self._conns + self._answers:
+            conn.close()
         for process in self._processes:
             process.join(5)
             if process.is_alive():
                 process.kill()
                 process.join()
-        self._conns, self._processes = [], []
+        self._conns, self._answers, self._processes = [], [], []
