@@ -124,3 +124,31 @@ def test_overlapping_identical_requests_store_once_without_deadlock(engine, data
     result = _ledger_ok(engine)
     assert result.ok, result.first_break and result.first_break.describe()
     assert result.entries == len(ids)
+
+
+def test_the_postgresql_lookup_uses_the_transaction_index_on_a_table_never_analyzed(engine, database_url):
+    """A new store's first backfill: no statistics yet, and the planner scanned the whole table for
+    every batch's lookup (0.26 s per batch at 1 M rows, server time growing with the table)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the SQLite lookup is an IN list on the index")
+    from sqlalchemy import text
+
+    from collector.ingest.writer import PG_KNOWN_SQL, _known
+    from collector.store.db import make_session_factory
+
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO inference_records (transaction_id, event_time_ns, event_time_precision_ns, cluster, "
+            "source_format, envelope, source, position, raw_sha256, dedup_key, received_ns, run_id, conflict, attributes) "
+            "SELECT 'T-' || g, g, 1, 'c', 'x', 'x', 's', g::text, md5(g::text), md5(g::text) || md5((g + 1)::text), "
+            "0, 'r', false, 'null'::jsonb FROM generate_series(1, 50000) g"))
+    ids = [f"T-{i}" for i in range(49000, 51000)]
+    with make_session_factory(engine)() as session:
+        conn = session.connection()
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = on")
+        keys, _ = _known(session, ids)
+        assert len(keys) == 1001  # T-49000 .. T-50000
+        assert conn.exec_driver_sql("SELECT current_setting('enable_seqscan')").scalar_one() == "on"  # restored
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + PG_KNOWN_SQL, (ids,)))
+    assert "ix_inference_records_txn" in plan and "Seq Scan" not in plan, plan

@@ -135,12 +135,18 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]
         return keys, scored
     if conn.dialect.name == "postgresql":
         # One statement with the ids as one array parameter: no IN list to render, no staging table.
-        for txn, key, has_decision in conn.exec_driver_sql(
-                "SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records "
-                "WHERE transaction_id = ANY(%s)", (list(txn_ids),)):
-            keys.add(key)
-            if has_decision:
-                scored.add(txn)
+        # Through the transaction_id index whatever the statistics say: a table filled since its last
+        # ANALYZE (a new store's first backfill) was planned as a sequential scan per batch — 0.26 s
+        # at 1 M rows, 2 ms by the index (measured), the ingest's server time growing with the table.
+        previous = conn.exec_driver_sql(
+            "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)").scalar_one()
+        try:
+            for txn, key, has_decision in conn.exec_driver_sql(PG_KNOWN_SQL, (list(txn_ids),)):
+                keys.add(key)
+                if has_decision:
+                    scored.add(txn)
+        finally:
+            conn.exec_driver_sql("SELECT set_config('enable_seqscan', %s, true)", (previous,))
         return keys, scored
     stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None)).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
@@ -150,6 +156,10 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]
             if has_decision:
                 scored.add(txn)
     return keys, scored
+
+
+PG_KNOWN_SQL = ("SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records "
+                "WHERE transaction_id = ANY(%s)")
 
 
 @lru_cache(maxsize=8)
