@@ -63,3 +63,27 @@ def test_a_transaction_scored_again_differently_is_a_conflict_in_a_later_run_and
     assert (counts.stored, counts.conflicts) == (3, 2)
     assert _rows(sessions) == [(None, False), (None, False), ("APPROVE", False), ("DECLINE", True), (None, False),
                                ("REVIEW", True)]
+
+
+def test_two_lines_of_one_transaction_in_the_same_millisecond_are_both_kept(sessions, database_url, tmp_path):
+    """Spring logs several lines per millisecond: without a decision the message tells them apart;
+    the same line delivered again is still one."""
+    lines = [_line(100, "Received scoring request"), _line(100, "Calling Triton fraud_xgb")]
+    path = tmp_path / "same-ms.log"
+    path.write_text("\n".join(lines + lines[:1]) + "\n")
+    counts = ingest_paths(sessions, settings_for(database_url), [path])
+    assert (counts.read, counts.stored, counts.duplicates, counts.conflicts) == (3, 2, 1, 0)
+    assert _rows(sessions) == [(None, False), (None, False)]
+
+
+def test_a_dotted_card_number_cut_between_two_files_is_masked_in_both_halves(sessions, database_url, tmp_path):
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text('2025-06-04T10:15:06.1Z stdout P {"txn_id":"T-9","message":"card 4111.1111.1111.1\n')
+    second.write_text('2025-06-04T10:15:06.1Z stdout F 111.1111 end"}\n')
+    for path in (first, second):
+        ingest_paths(sessions, settings_for(database_url), [path])
+    from collector.store.models import Quarantine
+
+    with sessions() as s:
+        texts = s.execute(select(Quarantine.raw_text).order_by(Quarantine.id)).scalars().all()
+    assert texts[0].endswith("card 411111*******") and "F ***1111 end" in texts[1], texts

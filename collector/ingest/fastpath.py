@@ -28,7 +28,7 @@ from collector.ingest.jsondoc import JsonRejected
 from collector.ingest.pan import has_unicode_escape, may_contain_pan
 from collector.ingest.payloads import Rejected, _in_range, _scalar_text, aliased_id, aliased_text, detect_format, prepare
 from collector.ingest.record import (COLUMN_LIMITS, POSITION_CHARS, OutOfRange, attributes_json, coerce_latency_ms,
-                                     ledger_template)
+                                     event_text, ledger_template)
 from collector.store.canonical import content_hash
 
 if TYPE_CHECKING:
@@ -201,12 +201,15 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
 
     # -- CanonicalRecord.prepared ------------------------------------------------------------------------
     event_ns, precision = time
-    dedup_key = content_hash({
+    content = {
         "transaction_id": txn, "event_time_ns": event_ns, "event_time_precision_ns": precision, "cluster": cluster,
         "pod_uid": pod_uid, "pod_namespace": namespace, "pod_name": pod_name, "container_name": container_name,
         "model_name": model_name, "model_version": model_version, "decision": decision, "latency_ms": latency,
         "trace_id": tid, "span_id": sid,
-    })
+    }
+    if decision is None:
+        content["message"] = event_text(attributes)
+    dedup_key = content_hash(content)
     attributes_text, exact = attributes_json(attributes)
     # Values that repeat from line to line (one pod's, one model's) as one object each: pickle sends
     # an object once per chunk and refers to it after, so the writer's process unpickles fewer.

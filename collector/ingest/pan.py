@@ -70,8 +70,12 @@ _SEP_CHARS = _SEP + "\n\r/_"
 _SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntr/]|u(?:00(?:20|2[dDfF]|5[fF]|0[9aAdD]|[aA]0|[aA][dD])|200[79bBcCdDeEfF]|202[fF]|206[0-4]"
              r"|[fF][eE][fF][fF])))")
 _SEP_RUN = re.compile(f"{_SEP_UNIT}+")
+# In a run cut off at a text's end or start (``mask_cut_end``, ``parser._mask_cut_start``) a dot
+# separates too: the cut leaves no layout to tell 4111.1111.1111.1 from a decimal, so both are masked.
+CUT_SEP_UNIT = rf"(?:{_SEP_UNIT}|\.)"
+CUT_SEP_RUN = re.compile(f"{CUT_SEP_UNIT}+")
 # Digits and separators at the end of a text: what may be the first part of a PAN cut off there.
-TRAILING_DIGIT_RUN = re.compile(rf"(?:\d|{_SEP_UNIT})+$")
+TRAILING_DIGIT_RUN = re.compile(rf"(?:\d|{CUT_SEP_UNIT})+$")
 MAX_SEPARATOR_UNITS = 3
 MIN_GROUP_DIGITS, MAX_GROUP_DIGITS = 3, 6  # digits per group when separator runs or new separators are used
 # A digit run with separator runs between its digits, not touching another digit; a \uXXXX escape
@@ -852,7 +856,7 @@ _UNDECODABLE_END = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+$")
 
 # The characters a ``TRAILING_DIGIT_RUN`` match can end with besides a digit: a separator, or the
 # last character of a separator escape (``\\n``, ``\\t``, ``\\r``, ``\\/``, or ``\\uXXXX``: a hex digit).
-_RUN_LAST_CHARS = frozenset(_SINGLE_SEPARATORS + "\n\r/_" + "ntr" + "0123456789abcdefABCDEF")
+_RUN_LAST_CHARS = frozenset(_SINGLE_SEPARATORS + "\n\r/_." + "ntr" + "0123456789abcdefABCDEF")
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
@@ -900,10 +904,10 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     if m is None:
         return original, 0
     start = m.start()
-    lead = _SEP_RUN.match(text, start)  # separators before the first digit stay
+    lead = CUT_SEP_RUN.match(text, start)  # separators before the first digit stay
     if lead:
         start = lead.end()
-    digits = "".join(_SEP_RUN.split(text[start:]))
+    digits = "".join(CUT_SEP_RUN.split(text[start:]))
     if len(digits) < CUT_PAN_MIN_DIGITS:
         return original, 0
     return text[:start] + digits[:6] + "*" * (len(digits) - 6) + (undecodable.group() if undecodable else ""), 1

@@ -43,7 +43,7 @@ from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_expor
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
                                   mask_cut_end, mask_exponent_numbers, mask_text, may_contain_pan, unescape_digits)
 from collector.ingest.pan import number_holds_pan
-from collector.ingest.pan import _SEP_RUN, _SEP_UNIT  # for _mask_cut_start (to move to pan.py)
+from collector.ingest.pan import CUT_SEP_RUN, CUT_SEP_UNIT, _SEP_UNIT  # for _mask_cut_start (to move to pan.py)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -65,7 +65,7 @@ _CUT_START_CHARS = 512  # how far from the start a leading run is looked for (as
 # the chunks), decoded as U+FFFD or written as ``\xNN``: they do not stop the run behind them.
 _UNDECODABLE_START = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+")
 # Separators, then digits with separators between them, ending on a digit.
-_LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{_SEP_UNIT})*\d)*)")
+_LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{CUT_SEP_UNIT})*\d)*)")
 
 
 # A date in 4-2-2 groups (ISO 8601 and its slash/dot forms) starting the text: how plain-text log
@@ -112,7 +112,7 @@ def _mask_cut_start(text: str) -> tuple[str, int]:
     start, end = m.span("run")
     if _LEADING_DATE.match(text, start):  # "2025-06-04 10:15:06 INFO …": a plain-text log line's date
         return original, 0
-    digits = "".join(_SEP_RUN.split(text[start:end]))
+    digits = "".join(CUT_SEP_RUN.split(text[start:end]))
     if len(digits) <= CUT_START_KEEP:
         return original, 0
     return text[:start] + "*" * (len(digits) - CUT_START_KEEP) + digits[-CUT_START_KEEP:] + text[end:], 1

@@ -7,7 +7,10 @@ carry a full card number to disk.
 ``dedup_key`` = SHA-256 of the canonical JSON of the *business content* only — transaction id,
 event time and its precision, cluster, pod identity, container, model, decision, latency, trace
 and span ids — never the envelope (shipper, runtime time, labels) or the free-text attributes, so
-the same transaction delivered twice, or by two shippers, is stored once.
+the same transaction delivered twice, or by two shippers, is stored once. A record without a
+decision (one of the transaction's other log lines: Spring's MDC puts the id on "request
+received", "calling Triton"…) adds its message (``event_text``): two such lines in the same
+millisecond are two events, not one line delivered twice.
 """
 
 from __future__ import annotations
@@ -136,6 +139,21 @@ def coerce_latency_ms(value: Any) -> float | None:
     return f
 
 
+# Where a line's message is, by format: ECS/logstash/Spring "message", GELF "short_message"/"full_message",
+# other JSON loggers "msg", an OTLP record's body.
+EVENT_TEXT_KEYS = ("message", "short_message", "full_message", "msg", "otel.body", "body")
+
+
+def event_text(attributes: dict[str, Any] | None) -> Any:
+    """The message of a line (the first of ``EVENT_TEXT_KEYS`` in its attributes), or None: what
+    tells apart two log lines of one transaction that carry no decision (``business_content``)."""
+    if attributes:
+        for key in EVENT_TEXT_KEYS:
+            if key in attributes:
+                return attributes[key]
+    return None
+
+
 @dataclass(slots=True)
 class CanonicalRecord:
     """One accepted inference line, normalised; field names are the ``inference_records`` columns.
@@ -168,8 +186,9 @@ class CanonicalRecord:
     attributes: dict[str, Any] = field(default_factory=dict)
 
     def business_content(self) -> dict[str, Any]:
-        """The fields that identify the transaction's content (the dedup key's input)."""
-        return {
+        """The fields that identify the transaction's content (the dedup key's input); without a
+        decision, also the line's message (``event_text``)."""
+        content = {
             "transaction_id": self.transaction_id, "event_time_ns": self.event_time_ns,
             "event_time_precision_ns": self.event_time_precision_ns, "cluster": self.cluster,
             "pod_uid": self.pod_uid, "pod_namespace": self.pod_namespace, "pod_name": self.pod_name,
@@ -177,6 +196,9 @@ class CanonicalRecord:
             "model_version": self.model_version, "decision": self.decision, "latency_ms": self.latency_ms,
             "trace_id": self.trace_id, "span_id": self.span_id,
         }
+        if self.decision is None:
+            content["message"] = event_text(self.attributes)
+        return content
 
     def dedup_key(self) -> str:
         """SHA-256 (hex) of the canonical JSON of ``business_content()``."""
