@@ -47,3 +47,16 @@ def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_p
 
     none = _run("quarantine", "--database-url", database_url, "--run", "no-such-run")
     assert none.output.strip() == "no quarantined line matches"
+
+
+def test_a_line_refused_again_for_another_reason_is_listed_with_the_new_reason(tmp_path, database_url):
+    path = tmp_path / "local.log"
+    path.write_text('{"@timestamp":"2026-03-29T02:30:00","txn_id":"T-1","decision":"APPROVE"}\n')
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    for extra in ([], [], ["--default-tz", "Europe/Berlin"]):  # the same reason twice, then another one
+        _run("ingest", str(path), "--database-url", database_url, *extra)
+    doc = json.loads(_run("quarantine", "--database-url", database_url, "--output", "json").stdout)
+    reasons = [d["reason"].split(":")[0] for d in doc["lines"]]
+    assert reasons == ["naive-timestamp", "naive-timestamp"] and doc["total"] == 2
+    assert "does not exist in Europe/Berlin" in doc["lines"][-1]["reason"]
+    assert doc["lines"][0]["run_id"] != doc["lines"][1]["run_id"]

@@ -18,7 +18,7 @@ One call writes one batch inside the caller's transaction, in three set-based st
    new ids back by range — the transaction holds SQLite's write lock from ``BEGIN IMMEDIATE``, so
    every row above the previous largest id is one of ours;
 3. quarantine rows with ``ON CONFLICT (content_key) DO NOTHING`` (PostgreSQL: COPYed through a
-   staging table; SQLite: one prepared statement through the driver): the same line of the same source, quarantined before, is not stored twice
+   staging table; SQLite: one prepared statement through the driver): the same line of the same source, quarantined before for the same reason, is not stored twice
    (it still counts as quarantined in the run);
    then one ledger entry per inserted row of both tables (``collector.store.ledger.append``;
    records by their leaf hashes through ``ledger.append_leaves``: a record prepared with its
@@ -91,9 +91,14 @@ class BatchResult:
     requarantined: int = 0
 
 
-def quarantine_content_key(stage: str, source: str, position: str | None, raw_sha256: str) -> str:
-    """``quarantine.content_key``: SHA-256 of the canonical JSON of the four values, as stored."""
-    return content_hash([stage, source, position, raw_sha256])
+def quarantine_content_key(stage: str, source: str, position: str | None, raw_sha256: str, reason: str) -> str:
+    """``quarantine.content_key``: SHA-256 of the canonical JSON of the five values, as stored.
+
+    The reason is part of it: a line quarantined again for the same reason (a re-run, a shipper's
+    retry) is one row, but a line refused again for another reason — after ``--format`` or
+    ``--default-tz`` changed — is a row of its own, under the run that refused it, so
+    ``draudit quarantine`` shows why the latest attempt failed."""
+    return content_hash([stage, source, position, raw_sha256, reason])
 
 
 def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
@@ -260,9 +265,10 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
 def _quarantine_row(o: Outcome, run_id: str | None, received_at: datetime) -> dict[str, Any]:
     position = (o.position or None) and o.position[:POSITION_CHARS]
     raw_sha256 = o.raw_sha256 or ""
-    return {"stage": "ingest", "source": o.source, "position": position, "reason": o.reason or "unknown",
+    reason = o.reason or "unknown"
+    return {"stage": "ingest", "source": o.source, "position": position, "reason": reason,
             "raw_text": o.raw_text or "", "raw_sha256": raw_sha256, "received_at": received_at, "run_id": run_id,
-            "content_key": quarantine_content_key("ingest", o.source, position, raw_sha256)}
+            "content_key": quarantine_content_key("ingest", o.source, position, raw_sha256, reason)}
 
 
 _QUARANTINE_COLUMNS = ("stage", "source", "position", "reason", "raw_text", "raw_sha256", "received_at", "run_id",
