@@ -34,3 +34,18 @@ def test_a_pod_uid_that_is_not_a_uuid_is_ignored_with_a_warning_not_silently():
     assert values == {"transaction_id": "T-000193", "pod_uid": None}
     warnings = json.loads(record.values[-1])["draudit.warnings"]
     assert warnings == [f"envelope pod_id {repr(bad)[:77]}... is not a pod UID (a UUID); ignored"]
+
+
+def test_a_fluent_bit_record_with_part_of_its_kubernetes_metadata_is_read_as_one():
+    """Only container_name in the kubernetes map (no pod name or namespace): still the filter's record,
+    whose log line carries the transaction id (was quarantined as missing-transaction-id)."""
+    import json
+
+    app = {"@timestamp": "2026-11-30T09:15:02.131Z", "transaction": {"id": "AT-NOPODINFO"}, "decision": "APPROVE",
+           "message": "Transaction scored"}
+    line = json.dumps({"log": json.dumps(app), "kubernetes": {"container_name": "risk-api"}})
+    [outcome] = LineParser().feed_bytes(line.encode(), "app.log", "1")
+    assert outcome.reason is None
+    record = outcome.record
+    assert (record.transaction_id, record.container_name, record.pod_name, record.envelope) == \
+        ("AT-NOPODINFO", "risk-api", None, "fluentbit")

@@ -153,6 +153,10 @@ def cri(match: re.Match[str], source: str | None) -> Envelope:
 # -- JSON envelopes ---------------------------------------------------------------------------------
 
 
+# Keys of Fluent Bit's kubernetes filter map (any one, beside a ``log`` string, marks its record).
+_FLUENT_K8S_KEYS = ("pod_name", "container_name", "host", "container_image", "container_hash", "labels", "annotations")
+
+
 def detect(doc: dict[str, Any]) -> str:
     """The envelope kind of a decoded JSON line (``none`` when it is the application's own record)."""
     k8s = doc.get("kubernetes")
@@ -167,6 +171,8 @@ def detect(doc: dict[str, Any]) -> str:
             return "fluentbit"
         if isinstance(k8s.get("pod"), dict) or isinstance(k8s.get("container"), dict) or "namespace" in k8s:
             return "elastic"
+        if isinstance(doc.get("log"), str) and any(k in k8s for k in _FLUENT_K8S_KEYS):
+            return "fluentbit"  # the kubernetes filter with part of its metadata (no pod name, no namespace)
     if doc.get("source_type") == "kubernetes_logs":
         return "vector"
     agent, inp, log = doc.get("agent"), doc.get("input"), doc.get("log")
