@@ -206,7 +206,7 @@ def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
         precision = 10 ** (9 - len(frac))
     if zone_text is None:
         if default_tz is None:
-            raise NaiveTimestamp("timestamp has no time zone and no default zone is configured (DRAUDIT_INGEST_DEFAULT_TZ)")
+            raise NaiveTimestamp("timestamp has no time zone and no default zone is configured (--default-tz or DRAUDIT_INGEST_DEFAULT_TZ)")
         offset_s, precision, warning = _local_offset_s(text, int(y), int(mo), int(d), hour, minute, second,
                                                        default_tz, precision)
         reading = TimeReading((ns - offset_s * NS_PER_S, precision))
