@@ -60,3 +60,20 @@ def test_a_line_refused_again_for_another_reason_is_listed_with_the_new_reason(t
     assert reasons == ["naive-timestamp", "naive-timestamp"] and doc["total"] == 2
     assert "does not exist in Europe/Berlin" in doc["lines"][-1]["reason"]
     assert doc["lines"][0]["run_id"] != doc["lines"][1]["run_id"]
+
+
+def test_a_parse_worker_killed_during_ingest_is_one_clear_error(tmp_path, database_url, monkeypatch):
+    from collector.ingest import parse_pool
+    from collector.ingest.pipeline import IngestRun
+
+    def killed(self, stream, source, on_line=None):
+        raise parse_pool.WorkerEnded("parse worker 4242 ended without answering (exit code -9)")
+
+    monkeypatch.setattr(IngestRun, "ingest_stream", killed)
+    path = tmp_path / "app.log"
+    path.write_text(LINES[0] + "\n")
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    result = _run("ingest", str(path), "--database-url", database_url)
+    assert result.exit_code == 2
+    assert result.output.startswith("draudit: error: parse worker 4242 ended without answering (exit code -9): "
+                                    "killed, most likely by the out-of-memory killer")

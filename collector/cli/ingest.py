@@ -49,6 +49,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     early or is corrupt (what came before is stored and counted, and the file is named).
     """
     from collector.ingest.aliases import AliasTable
+    from collector.ingest import parse_pool
     from collector.ingest.pipeline import IngestRun, open_input, read_error
     from collector.ingest.timestamps import zone
 
@@ -70,6 +71,11 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
                 _ingest_one(run, stream, _source(path), fmt, settings.ingest_max_body_bytes)
         counts = run.finish()
         ended_early = [(path, read_error(stream)) for path, (stream, _pos, _size) in zip(paths, inputs)]
+    except parse_pool.WorkerEnded as exc:
+        run.close()
+        raise UserError(f"{exc}: killed, most likely by the out-of-memory killer; what was committed before "
+                        "stays stored — run the same command again (stored lines are found as duplicates), with "
+                        "more memory or smaller inputs") from None
     finally:
         for stream, _pos, _size in inputs:
             if stream is not sys.stdin.buffer:

@@ -187,7 +187,11 @@ def parse_chunk(source: str, chunk: Chunk) -> ParsedChunk:
 
 
 class WorkerFailed(RuntimeError):
-    """A parse worker raised (its traceback is the message) or ended without answering."""
+    """A parse worker raised (its traceback is the message) or ended without answering (``WorkerEnded``)."""
+
+
+class WorkerEnded(WorkerFailed):
+    """A parse worker process ended before answering: killed (the out-of-memory killer, a signal)."""
 
 
 @dataclass(slots=True)
@@ -256,8 +260,8 @@ class _Answer:
             answer = self._conn.recv()
         except (EOFError, OSError):
             self._process.join(1)
-            self._error = WorkerFailed(f"parse worker {self._process.pid} ended without answering "
-                                       f"(exit code {self._process.exitcode})")
+            self._error = WorkerEnded(f"parse worker {self._process.pid} ended without answering "
+                                      f"(exit code {self._process.exitcode})")
         else:
             if isinstance(answer, _Failure):
                 self._error = WorkerFailed(f"parse worker {self._process.pid} failed:\n{answer.traceback}")
@@ -346,7 +350,7 @@ class ParsePool:
         except OSError:
             process = self._processes[i]
             process.join(1)
-            raise WorkerFailed(f"parse worker {process.pid} ended (exit code {process.exitcode})") from None
+            raise WorkerEnded(f"parse worker {process.pid} ended (exit code {process.exitcode})") from None
         answer = _Answer(self._answers[i], self._processes[i])
         if self._receiver is None:
             self._receiver = threading.Thread(target=_receive_answers, args=(self._pending,),
