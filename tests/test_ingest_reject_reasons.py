@@ -14,6 +14,7 @@ from collector.ingest.parser import LineParser
     ("null", "unparseable: JSON null, not an object (a log record is a JSON object)"),
     ("2025-06-04 10:15:06 INFO started", "unparseable: not JSON and not a CRI log line (plain text)"),
     ("[" * 5000, "unparseable: not JSON and not a CRI log line (plain text)"),
+    ("[1,2", "unparseable: invalid JSON array (unexpected end of data: line 1 column 5 (char 4))"),
     ('{"txn_id":"T-1","decision":"APPROVE"}{"txn_id":"T-2"}',
      "unparseable: a second JSON value starts at character 37; one JSON object per line (or one JSON array of them)"),
 ])

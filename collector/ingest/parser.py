@@ -81,7 +81,9 @@ def _not_an_object(body: str) -> str:
     """The quarantine reason of a line that does not start with ``{``: what it is, when it is JSON."""
     try:
         value = orjson.loads(body)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if body[:1] == "[" and len(body) <= 4096 and body.count("[") < 64:  # an array cut or broken, not deep nesting
+            return f"unparseable: invalid JSON array ({exc})"
         return "unparseable: not JSON and not a CRI log line (plain text)"
     return f"unparseable: {_JSON_KIND.get(type(value), 'a JSON value')}, not an object (a log record is a JSON object)"
 
