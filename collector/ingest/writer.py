@@ -52,7 +52,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
 from sqlalchemy import bindparam, select
@@ -123,21 +123,27 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
 
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
     """The dedup keys already stored among ``txn_ids``, and those of the ids already stored with a
-    decision (a scored record: see ``_write_records``) (PostgreSQL: one ``= ANY(array)`` query;
-    SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
+    decision (a scored record: see ``_write_records``)."""
     keys: set[str] = set()
     scored: set[str] = set()
+    for txn, key, has_decision in _known_rows(session, txn_ids):
+        keys.add(key)
+        if has_decision:
+            scored.add(txn)
+    return keys, scored
+
+
+def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[str, str, bool]]:
+    """``(transaction_id, dedup_key, has a decision)`` of the stored records among ``txn_ids``
+    (PostgreSQL: one ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     conn = session.connection()
     if conn.dialect.name == "sqlite":
         # Straight to the driver: Core's expanding IN renders 1000 bind names on every call (≈ 5 µs
         # of the writer's CPU per record); the statement text is the same for every full chunk.
         for i in range(0, len(txn_ids), LOOKUP_CHUNK):
             part = tuple(txn_ids[i:i + LOOKUP_CHUNK])
-            for txn, key, has_decision in conn.exec_driver_sql(_sqlite_known_sql(len(part)), part):
-                keys.add(key)
-                if has_decision:
-                    scored.add(txn)
-        return keys, scored
+            yield from conn.exec_driver_sql(_sqlite_known_sql(len(part)), part)
+        return
     if conn.dialect.name == "postgresql":
         # One statement with the ids as one array parameter: no IN list to render, no staging table.
         # Through the transaction_id index whatever the statistics say: a table filled since its last
@@ -146,21 +152,15 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]
         previous = conn.exec_driver_sql(
             "SELECT current_setting('enable_seqscan'), set_config('enable_seqscan', 'off', true)").scalar_one()
         try:
-            for txn, key, has_decision in conn.exec_driver_sql(PG_KNOWN_SQL, (list(txn_ids),)):
-                keys.add(key)
-                if has_decision:
-                    scored.add(txn)
+            rows = conn.exec_driver_sql(PG_KNOWN_SQL, (list(txn_ids),)).all()
         finally:
             conn.exec_driver_sql("SELECT set_config('enable_seqscan', %s, true)", (previous,))
-        return keys, scored
+        yield from rows
+        return
     stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None)).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
     for i in range(0, len(txn_ids), LOOKUP_CHUNK):
-        for txn, key, has_decision in session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])}):
-            keys.add(key)
-            if has_decision:
-                scored.add(txn)
-    return keys, scored
+        yield from session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])})
 
 
 PG_KNOWN_SQL = ("SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records "
