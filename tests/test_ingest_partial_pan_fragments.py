@@ -25,7 +25,8 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from collector.ingest.http import ingest_routes
-from collector.ingest.parser import LineParser, _mask_cut_start
+from collector.ingest.pan import mask_cut_start
+from collector.ingest.parser import LineParser
 from collector.ingest.pipeline import IngestRun
 from collector.settings import Settings
 from collector.store import migrate
@@ -196,13 +197,13 @@ def test_a_pan_cut_between_two_http_requests(sqlite_db):
     ("\ufffd11111 ok", "\ufffd*1111 ok"),              # after a multi-byte character cut at the start
 ])
 def test_digits_at_the_start_of_a_continuation_keep_their_last_four(text, masked):
-    assert _mask_cut_start(text) == (masked, 1)
-    assert _mask_cut_start(masked) == (masked, 0)
+    assert mask_cut_start(text) == (masked, 1)
+    assert mask_cut_start(masked) == (masked, 0)
 
 
 @pytest.mark.parametrize("text", ["1111 ok", "ok 11111111", "{\"n\": 11111111}", "*1111 ok", ""])
 def test_short_or_inner_or_masked_runs_are_not_taken_for_a_cut_pan_end(text):
-    assert _mask_cut_start(text) == (text, 0)
+    assert mask_cut_start(text) == (text, 0)
 
 
 def test_a_complete_line_that_fails_is_quarantined_as_before():
@@ -219,7 +220,5 @@ def test_a_complete_line_that_fails_is_quarantined_as_before():
 @pytest.mark.parametrize("text", ["2025-06-04 10:15:06.219 INFO 1 --- [main] o.s.b.w.e.tomcat.TomcatWebServer : Tomcat started",
                                   "2025/06/04 10:15:06 fraud-api started"])
 def test_a_plain_text_log_lines_leading_date_is_not_taken_for_the_end_of_a_card_number(text):
-    from collector.ingest.parser import _mask_cut_start
-
-    assert _mask_cut_start(text) == (text, 0)
-    assert _mask_cut_start("1111 1111 ok") == ("****1111 ok", 1)  # a card number's tail still is
+    assert mask_cut_start(text) == (text, 0)
+    assert mask_cut_start("1111 1111 ok") == ("****1111 ok", 1)  # a card number's tail still is

@@ -70,7 +70,7 @@ _SEP_CHARS = _SEP + "\n\r/_"
 _SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntr/]|u(?:00(?:20|2[dDfF]|5[fF]|0[9aAdD]|[aA]0|[aA][dD])|200[79bBcCdDeEfF]|202[fF]|206[0-4]"
              r"|[fF][eE][fF][fF])))")
 _SEP_RUN = re.compile(f"{_SEP_UNIT}+")
-# In a run cut off at a text's end or start (``mask_cut_end``, ``parser._mask_cut_start``) a dot
+# In a run cut off at a text's end or start (``mask_cut_end``, ``mask_cut_start``) a dot
 # separates too: the cut leaves no layout to tell 4111.1111.1111.1 from a decimal, so both are masked.
 CUT_SEP_UNIT = rf"(?:{_SEP_UNIT}|\.)"
 CUT_SEP_RUN = re.compile(f"{CUT_SEP_UNIT}+")
@@ -911,6 +911,51 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     if len(digits) < CUT_PAN_MIN_DIGITS:
         return original, 0
     return text[:start] + digits[:6] + "*" * (len(digits) - 6) + (undecodable.group() if undecodable else ""), 1
+
+
+CUT_START_KEEP = 4  # digits a continuation's leading digit run keeps (the last ones: a PAN's last 4)
+_CUT_START_CHARS = 512  # how far from the start a leading run is looked for (as _CUT_END_CHARS)
+# The bytes of a multi-byte character cut at the start (a separator such as U+00A0 split between
+# the chunks), decoded as U+FFFD or written as ``\xNN``: they do not stop the run behind them.
+_UNDECODABLE_START = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+")
+# Separators, then digits with separators between them, ending on a digit.
+_LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{CUT_SEP_UNIT})*\d)*)")
+
+
+# A date in 4-2-2 groups (ISO 8601 and its slash/dot forms) starting the text: how plain-text log
+# lines begin (Spring's console pattern, logback's default), never how a card number's tail is grouped.
+_LEADING_DATE = re.compile(r"\d{4}([-/.])\d{2}\1\d{2}(?![0-9])")
+
+
+def mask_cut_start(text: str) -> tuple[str, int]:
+    """Mask the digits at the very start of ``text`` when they may be the end of a PAN cut off there.
+
+    For the continuation of a partial line whose first chunks the parser did not see (another
+    request, another file): a run of more than ``CUT_START_KEEP`` (4) digits (separators and their
+    escapes between them, as for a PAN; separators and the bytes of a cut multi-byte character
+    before it stay) that starts the text keeps its last 4 digits, every other digit becomes ``*``
+    and the separators inside the run go (``11111111 ok`` → ``****1111 ok``), the mirror of
+    ``mask_cut_end``. A run that starts with a date (``2025-06-04 10:15:06 INFO …``, how a
+    plain-text log line begins) is left alone.
+
+    Returns:
+        ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
+    """
+    original = text
+    head = text[:_CUT_START_CHARS]
+    if "\\u" in head:  # a digit written as a \uXXXX escape is a digit (``unescape_digits``)
+        text = unescape_digits(head) + text[_CUT_START_CHARS:]
+    lead = _UNDECODABLE_START.match(text)
+    m = _LEADING_DIGIT_RUN.match(text, lead.end() if lead else 0)
+    if m is None:
+        return original, 0
+    start, end = m.span("run")
+    if _LEADING_DATE.match(text, start):  # "2025-06-04 10:15:06 INFO …": a plain-text log line's date
+        return original, 0
+    digits = "".join(CUT_SEP_RUN.split(text[start:end]))
+    if len(digits) <= CUT_START_KEEP:
+        return original, 0
+    return text[:start] + "*" * (len(digits) - CUT_START_KEEP) + digits[-CUT_START_KEEP:] + text[end:], 1
 
 
 # A JSON number written with an exponent (``4.111111111111111e15``): its digits as written need

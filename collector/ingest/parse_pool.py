@@ -94,7 +94,7 @@ class Chunk:
     ``text`` holds every line followed by ``\\n``, in order; a line listed in ``special`` (one
     longer than the line limit: truncated, or an OTLP request line kept whole) is an empty line in
     ``text`` and its ``(data, total)`` is in ``special`` under its index in the chunk. ``first`` is
-    the first line's number, ``nbytes`` the bytes of the lines (what ``next_chunk`` counted).
+    the first line's number, ``nbytes`` the bytes of the lines (what the in-flight bound counts).
     Made by ``pipeline.iter_chunks``; ``lines()`` gives what ``pipeline.iter_lines`` gives for them.
     """
 

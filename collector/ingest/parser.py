@@ -28,7 +28,6 @@ range-checked while the record is built (``payloads.RecordBuilder``), never left
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any, Callable, Iterable
@@ -41,9 +40,8 @@ from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
-                                  mask_cut_end, mask_exponent_numbers, mask_text, may_contain_pan, unescape_digits)
-from collector.ingest.pan import number_holds_pan
-from collector.ingest.pan import CUT_SEP_RUN, CUT_SEP_UNIT, _SEP_UNIT  # for _mask_cut_start (to move to pan.py)
+                                  mask_cut_end, mask_cut_start, mask_exponent_numbers, mask_text, may_contain_pan,
+                                  number_holds_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.store.canonical import canonical_json
@@ -58,19 +56,8 @@ QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
 # unfinished partial (``incomplete-partial``) and the continuation (``unparseable``). Each piece
 # alone is no PAN, so PAN masking keeps both, and together they give the PAN back. The end of the
 # first keeps its first 6 digits (``pan.mask_cut_end``), the start of the second its last 4
-# (``_mask_cut_start``): together no more than a masked PAN shows.
-CUT_START_KEEP = 4  # digits a continuation's leading digit run keeps (the last ones: a PAN's last 4)
-_CUT_START_CHARS = 512  # how far from the start a leading run is looked for (as pan._CUT_END_CHARS)
-# The bytes of a multi-byte character cut at the start (a separator such as U+00A0 split between
-# the chunks), decoded as U+FFFD or written as ``\xNN``: they do not stop the run behind them.
-_UNDECODABLE_START = re.compile(r"(?:\ufffd|\\x[0-9a-fA-F]{2})+")
-# Separators, then digits with separators between them, ending on a digit.
-_LEADING_DIGIT_RUN = re.compile(rf"(?:{_SEP_UNIT})*(?P<run>\d(?:(?:{CUT_SEP_UNIT})*\d)*)")
-
-
-# A date in 4-2-2 groups (ISO 8601 and its slash/dot forms) starting the text: how plain-text log
-# lines begin (Spring's console pattern, logback's default), never how a card number's tail is grouped.
-_LEADING_DATE = re.compile(r"\d{4}([-/.])\d{2}\1\d{2}(?![0-9])")
+# (``pan.mask_cut_start``): together no more than a masked PAN shows. Where each piece's payload
+# is written in its raw line: ``_payload_spans``.
 
 
 _JSON_KIND = {str: "a JSON string", int: "a JSON number", float: "a JSON number", list: "a JSON array",
@@ -86,38 +73,6 @@ def _not_an_object(body: str) -> str:
             return f"unparseable: invalid JSON array ({exc})"
         return "unparseable: not JSON and not a CRI log line (plain text)"
     return f"unparseable: {_JSON_KIND.get(type(value), 'a JSON value')}, not an object (a log record is a JSON object)"
-
-
-def _mask_cut_start(text: str) -> tuple[str, int]:
-    """Mask the digits at the very start of ``text`` when they may be the end of a PAN cut off there.
-
-    For the continuation of a partial line whose first chunks the parser did not see (another
-    request, another file): a run of more than ``CUT_START_KEEP`` (4) digits (separators and their
-    escapes between them, as for a PAN; separators and the bytes of a cut multi-byte character
-    before it stay) that starts the text keeps its last 4 digits, every other digit becomes ``*``
-    and the separators inside the run go (``11111111 ok`` → ``****1111 ok``), the mirror of
-    ``pan.mask_cut_end``. A run that starts with a date (``2025-06-04 10:15:06 INFO …``, how a
-    plain-text log line begins) is left alone. Private here for now: it belongs in ``pan.py`` next
-    to ``mask_cut_end``.
-
-    Returns:
-        ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
-    """
-    original = text
-    head = text[:_CUT_START_CHARS]
-    if "\\u" in head:  # a digit written as a \uXXXX escape is a digit (``pan.unescape_digits``)
-        text = unescape_digits(head) + text[_CUT_START_CHARS:]
-    lead = _UNDECODABLE_START.match(text)
-    m = _LEADING_DIGIT_RUN.match(text, lead.end() if lead else 0)
-    if m is None:
-        return original, 0
-    start, end = m.span("run")
-    if _LEADING_DATE.match(text, start):  # "2025-06-04 10:15:06 INFO …": a plain-text log line's date
-        return original, 0
-    digits = "".join(CUT_SEP_RUN.split(text[start:end]))
-    if len(digits) <= CUT_START_KEEP:
-        return original, 0
-    return text[:start] + "*" * (len(digits) - CUT_START_KEEP) + digits[-CUT_START_KEEP:] + text[end:], 1
 
 
 def _string_spans(raw: str) -> list[tuple[int, int, str]]:
@@ -514,9 +469,9 @@ class LineParser:
             # No partial pending for this stream: the line may be the continuation of one whose
             # first chunks the parser did not see (an earlier request or file), and the digits it
             # starts with the end of a PAN cut there. Quarantined, they keep their last 4 only.
-            if not isinstance(env.payload, str) or not _mask_cut_start(env.payload)[1]:
+            if not isinstance(env.payload, str) or not mask_cut_start(env.payload)[1]:
                 raise
-            text, cut = _mask_spans(raw, _payload_spans(raw, env.payload, env.kind), _mask_cut_start)
+            text, cut = _mask_spans(raw, _payload_spans(raw, env.payload, env.kind), mask_cut_start)
             self.masker.masked += cut
             return [self.reject(text, exc.reason, source, position)]
 
