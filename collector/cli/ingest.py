@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import sys
 
 import click
@@ -87,7 +88,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             click.echo(line)
         if counts.quarantined:
             sources = [_source(p) for p in paths]
-            shown = f"--source {_quote(sources[0])}"
+            shown = f"--source {shlex.quote(sources[0])}"  # one word the user can paste
             click.echo(f"  the quarantined lines: draudit quarantine {shown}" + (" (and the other inputs)" if len(sources) > 1 else ""))
     for path, error in ended_early:
         if error is not None:
@@ -101,13 +102,6 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
                    "see the reasons and the lines themselves (draudit quarantine --source …) and fix the input "
                    "or use --format, --aliases or --default-tz", err=True)
         sys.exit(1)
-
-
-def _quote(text: str) -> str:
-    """``text`` as one shell word (for a command the user can paste)."""
-    import shlex
-
-    return shlex.quote(text)
 
 
 def nothing_accepted(counts) -> bool:

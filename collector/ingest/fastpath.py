@@ -147,8 +147,9 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     if disagree is not None:
         warnings.append(disagree)
     time = builder.event_time(flat, consumed)
-    if time is not None and timestamps.ambiguous_local_time(time):
-        warnings.append(timestamps.ambiguous_local_time(time))  # as RecordBuilder.build
+    twice = timestamps.ambiguous_local_time(time) if time is not None else None
+    if twice:
+        warnings.append(twice)  # as RecordBuilder.build
     if time is None:
         if runtime_ns is None:
             return None

@@ -182,8 +182,9 @@ class RecordBuilder:
 
         payload_time = self.event_time(flat, consumed)
         time = _in_range(event_time, "the OTLP timeUnixNano") if event_time else payload_time
-        if time is payload_time and payload_time is not None and timestamps.ambiguous_local_time(payload_time):
-            warnings.append(timestamps.ambiguous_local_time(payload_time))  # a local time the default zone shows twice
+        twice = timestamps.ambiguous_local_time(payload_time) if time is payload_time and payload_time else None
+        if twice:
+            warnings.append(twice)  # a local time the default zone shows twice
         if time is None:
             if env.runtime_time_ns is None:
                 raise Rejected("missing-event-time: neither the application line nor the envelope has a timestamp")
