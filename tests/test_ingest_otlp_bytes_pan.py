@@ -53,6 +53,43 @@ def test_a_card_number_in_a_protobuf_bytes_value_is_masked(sessions, database_ur
     assert base64.b64decode(_stored_attributes(sessions)["payload"]) == b"card 411111******1111 ok"
 
 
+def test_card_numbers_masked_in_bytes_values_are_counted_once_per_record():
+    """``pan_masked`` counts them as it counts a card number in a string: per record that carries
+    it (a resource's value is carried by each of its records), quarantined records too."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    from collector.ingest.parser import LineParser
+
+    card = base64.b64encode(b"card " + PAN + b" ok").decode()
+    doc = _request(_record("T-B5", attributes=[{"key": "txn_id", "value": {"stringValue": "T-B5"}},
+                                               {"key": "payload", "value": {"bytesValue": card}}]))
+    doc["resourceLogs"][0]["resource"] = {"attributes": [{"key": "blob", "value": {"bytesValue": card}}]}
+    no_txn = _record("ignored", attributes=[{"key": "payload", "value": {"arrayValue": {"values": [
+        {"bytesValue": card}, {"kvlistValue": {"values": [{"key": "k", "value": {"bytesValue": card}}]}}]}}}])
+    doc["resourceLogs"][0]["scopeLogs"][0]["logRecords"].append(no_txn)
+    parser = LineParser(cluster="c")
+    stored, quarantined = parser.feed_bytes(json.dumps(doc).encode(), "otel.jsonl", "1")
+    assert stored.record is not None and quarantined.record is None
+    assert quarantined.reason.startswith("missing-transaction-id")
+    assert parser.masker.masked == (1 + 1) + (1 + 2)  # resource + own bytes value; resource + two nested
+
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.append(KeyValue(key="blob", value=AnyValue(bytes_value=b"x " + PAN)))
+    lr = rl.scope_logs.add().log_records.add()
+    lr.time_unix_nano = 1796028378000000000
+    lr.attributes.extend([KeyValue(key="txn_id", value=AnyValue(string_value="T-B6")),
+                          KeyValue(key="payload", value=AnyValue(bytes_value=PAN.replace(b" ", b"") + b"\x00"))])
+    from collector.ingest.otlp import records_from_protobuf
+
+    [record] = records_from_protobuf(req.SerializeToString())
+    assert record.bytes_pans_masked == 2
+    parser = LineParser(cluster="c")
+    [out] = parser.feed_otlp_records([record], "http:req-1")
+    assert out.record is not None and parser.masker.masked == 2
+
+
 def test_an_otlp_time_whose_digits_read_as_a_card_number_is_not_stored_as_a_time():
     from collector.ingest.parser import LineParser
 

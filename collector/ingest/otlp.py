@@ -55,6 +55,9 @@ class OtlpLogRecord:
     event_name: str | None = None
     warnings: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # why the record cannot be stored (a time that is no number)
+    # card numbers masked inside its bytes values (resource's included) while decoding: base64
+    # text shows no digits, so the parser's masker cannot count them; it adds this (``pan_masked``)
+    bytes_pans_masked: int = 0
 
     def view(self) -> dict[str, Any]:
         """A JSON-able document of the record (the "raw line" we hash and quarantine)."""
@@ -92,32 +95,35 @@ def _finite(value: float) -> Any:
     return value if math.isfinite(value) else repr(value)
 
 
-def bytes_value_text(raw: bytes) -> str:
+def bytes_value_text(raw: bytes, masked_count: list[int] | None = None) -> str:
     """An ``AnyValue.bytes_value`` as stored: base64 (RFC 4648) of the bytes with any card number in
     them masked first — base64 hides digits from the masker that reads the stored text, so a PAN in a
     bytes attribute would be stored whole. Read as Latin-1 (one character per byte): a PAN written
     as text (``pan.mask_text``) and, in binary data, every run of 13+ digits (``pan.mask_binary``)
-    keep their first 6 and last 4 digits."""
+    keep their first 6 and last 4 digits. ``masked_count[0]`` (when given) grows by the number masked."""
     text = raw.decode("latin-1")
     masked, found = mask_text(text)
     masked, runs = mask_binary(masked)
     if found or runs:
         raw = masked.encode("latin-1", "replace")
+        if masked_count is not None:
+            masked_count[0] += found + runs
     return base64.b64encode(raw).decode("ascii")
 
 
-def _json_bytes(value: str) -> str:
+def _json_bytes(value: str, masked_count: list[int] | None) -> str:
     """OTLP/JSON ``bytesValue`` (base64 text) as ``bytes_value_text`` stores it; text that is not
     base64 stays as given (the masker reads it as text)."""
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return value
-    return bytes_value_text(raw)
+    return bytes_value_text(raw, masked_count)
 
 
-def json_any_value(value: Any) -> Any:
-    """An OTLP/JSON ``AnyValue`` object → Python value (``kvlistValue`` → dict, ``arrayValue`` → list)."""
+def json_any_value(value: Any, masked_count: list[int] | None = None) -> Any:
+    """An OTLP/JSON ``AnyValue`` object → Python value (``kvlistValue`` → dict, ``arrayValue`` → list).
+    ``masked_count[0]`` (when given) grows by the card numbers masked in its bytes values."""
     v = _dict(value)
     if "stringValue" in v:
         return v["stringValue"] if isinstance(v["stringValue"], str) else str(v["stringValue"])
@@ -132,22 +138,23 @@ def json_any_value(value: Any) -> Any:
         except (TypeError, ValueError):
             return None
     if "bytesValue" in v:
-        return _json_bytes(v["bytesValue"]) if isinstance(v["bytesValue"], str) else None
+        return _json_bytes(v["bytesValue"], masked_count) if isinstance(v["bytesValue"], str) else None
     if "arrayValue" in v:
-        return [json_any_value(x) for x in _list(_dict(v["arrayValue"]).get("values"))]
+        return [json_any_value(x, masked_count) for x in _list(_dict(v["arrayValue"]).get("values"))]
     if "kvlistValue" in v:
-        return json_key_values(_dict(v["kvlistValue"]).get("values"))
+        return json_key_values(_dict(v["kvlistValue"]).get("values"), masked_count)
     return None
 
 
-def json_key_values(items: Any) -> dict[str, Any]:
-    """A list of OTLP/JSON ``KeyValue`` → dict (later duplicates win, as in the SDKs)."""
+def json_key_values(items: Any, masked_count: list[int] | None = None) -> dict[str, Any]:
+    """A list of OTLP/JSON ``KeyValue`` → dict (later duplicates win, as in the SDKs; ``masked_count``
+    as ``json_any_value``)."""
     out: dict[str, Any] = {}
     for kv in _list(items):
         kv = _dict(kv)
         key = kv.get("key")
         if isinstance(key, str):
-            out[key] = json_any_value(kv.get("value"))
+            out[key] = json_any_value(kv.get("value"), masked_count)
     return out
 
 
@@ -297,7 +304,8 @@ def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
 def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
     for i, rl in enumerate(_list(doc.get("resourceLogs"))):
         rl = _dict(rl)
-        resource = json_key_values(_dict(rl.get("resource")).get("attributes"))
+        in_resource = [0]
+        resource = json_key_values(_dict(rl.get("resource")).get("attributes"), in_resource)
         for j, sl in enumerate(_list(rl.get("scopeLogs"))):
             sl = _dict(sl)
             scope = _dict(sl.get("scope"))
@@ -306,6 +314,9 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 warnings: list[str] = []
                 sev = lr.get("severityNumber")
                 problems = [p for p in (_time_problem(lr, "timeUnixNano"), _time_problem(lr, "observedTimeUnixNano")) if p]
+                masked = [in_resource[0]]  # every record carries its resource's values
+                body = json_any_value(lr.get("body"), masked) if "body" in lr else None
+                attributes = json_key_values(lr.get("attributes"), masked)
                 yield OtlpLogRecord(
                     position=f"rl{i}.sl{j}.lr{k}", resource=resource,
                     scope_name=scope.get("name") if isinstance(scope.get("name"), str) else None,
@@ -314,8 +325,7 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                     observed_time_unix_nano=_int(lr.get("observedTimeUnixNano")),
                     severity_number=sev if isinstance(sev, int) and not isinstance(sev, bool) else 0,
                     severity_text=lr.get("severityText") if isinstance(lr.get("severityText"), str) else None,
-                    body=json_any_value(lr.get("body")) if "body" in lr else None,
-                    attributes=json_key_values(lr.get("attributes")),
+                    body=body, attributes=attributes, bytes_pans_masked=masked[0],
                     trace_id=_hex_id(lr.get("traceId"), 32, "traceId", warnings),
                     span_id=_hex_id(lr.get("spanId"), 16, "spanId", warnings),
                     flags=_int(lr.get("flags")),
@@ -324,7 +334,8 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 )
 
 
-def _pb_any_value(v: Any) -> Any:
+def _pb_any_value(v: Any, masked_count: list[int] | None = None) -> Any:
+    """A protobuf ``AnyValue`` → Python value, as ``json_any_value``."""
     kind = v.WhichOneof("value")
     if kind is None:
         return None
@@ -337,11 +348,11 @@ def _pb_any_value(v: Any) -> Any:
     if kind == "double_value":
         return _finite(v.double_value)
     if kind == "bytes_value":
-        return bytes_value_text(v.bytes_value)
+        return bytes_value_text(v.bytes_value, masked_count)
     if kind == "array_value":
-        return [_pb_any_value(x) for x in v.array_value.values]
+        return [_pb_any_value(x, masked_count) for x in v.array_value.values]
     if kind == "kvlist_value":
-        return {kv.key: _pb_any_value(kv.value) for kv in v.kvlist_value.values}
+        return {kv.key: _pb_any_value(kv.value, masked_count) for kv in v.kvlist_value.values}
     return None
 
 
@@ -408,10 +419,14 @@ def check_protobuf_request(req: Any) -> None:
 
 def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
     for i, rl in enumerate(req.resource_logs):
-        resource = {kv.key: _pb_any_value(kv.value) for kv in rl.resource.attributes}
+        in_resource = [0]
+        resource = {kv.key: _pb_any_value(kv.value, in_resource) for kv in rl.resource.attributes}
         for j, sl in enumerate(rl.scope_logs):
             for k, lr in enumerate(sl.log_records):
                 warnings: list[str] = []
+                masked = [in_resource[0]]
+                body = _pb_any_value(lr.body, masked) if lr.HasField("body") else None
+                attributes = {kv.key: _pb_any_value(kv.value, masked) for kv in lr.attributes}
                 problems = [p for p in (_pan_time_problem("timeUnixNano", lr.time_unix_nano),
                                         _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano)) if p]
                 yield OtlpLogRecord(
@@ -419,8 +434,7 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
                     scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
                     time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=lr.observed_time_unix_nano,
                     severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,
-                    body=_pb_any_value(lr.body) if lr.HasField("body") else None,
-                    attributes={kv.key: _pb_any_value(kv.value) for kv in lr.attributes},
+                    body=body, attributes=attributes, bytes_pans_masked=masked[0],
                     trace_id=_pb_id(lr.trace_id, 16, "trace_id", warnings),
                     span_id=_pb_id(lr.span_id, 8, "span_id", warnings),
                     flags=lr.flags, event_name=getattr(lr, "event_name", "") or None, warnings=warnings,

@@ -551,6 +551,8 @@ class LineParser:
     # -- OTLP ----------------------------------------------------------------------------------------
 
     def _otlp(self, r: OtlpLogRecord, source: str, position: str) -> Outcome:
+        # Card numbers masked in bytes values while decoding count as masked, stored or quarantined.
+        self.masker.masked += r.bytes_pans_masked
         # The record's "raw line" is the canonical JSON of its view, masked with our own times kept.
         raw = canonical_json(self._masked_view(r, PanMasker())).decode("utf-8")
         try:
