@@ -74,7 +74,7 @@ from sqlalchemy import text  # noqa: E402
 from bench.backends import ServerCpu  # noqa: E402
 
 from collector.ingest.parser import LineParser  # noqa: E402
-from collector.ingest.pipeline import IngestRun, iter_lines  # noqa: E402
+from collector.ingest.pipeline import IngestRun, iter_chunks  # noqa: E402
 from collector.settings import Settings  # noqa: E402
 from collector.store import migrate  # noqa: E402
 from collector.store.db import make_engine, make_session_factory  # noqa: E402
@@ -161,8 +161,8 @@ def rows_for(path: Path, settings: Settings):
     parser = LineParser(cluster=settings.cluster, max_line_bytes=settings.ingest_max_line_bytes)
     chunk = []
     with open(path, "rb") as f:
-        for n, (data, _total) in enumerate(iter_lines(f, settings.ingest_max_line_bytes), start=1):
-            for o in parser.feed_bytes(data, str(path), str(n)):
+        for n, data, total in (line for c in iter_chunks(f, settings.ingest_max_line_bytes) for line in c.lines()):
+            for o in parser.feed_bytes(data, str(path), str(n), total):
                 if o.record is not None:
                     row = o.record.row(START_NS, "bench")
                     row["conflict"] = False

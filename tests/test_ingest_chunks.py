@@ -1,6 +1,6 @@
 """Reading the input in chunks (``pipeline.iter_chunks``) for the parse workers (``parse_pool``).
 
-``iter_chunks`` must give exactly ``iter_lines``'s lines — numbers, bytes, truncation totals,
+``iter_chunks`` must give exactly the lines of the reference reader (``tests/line_reader.iter_lines``) — numbers, bytes, truncation totals,
 OTLP request lines kept whole — whatever the sizes the stream hands out; and the pool must answer
 in input order and fail loudly, never hang, when a worker does.
 """
@@ -16,7 +16,8 @@ import pytest
 
 from collector.ingest import parse_pool, pipeline
 from collector.ingest.parser import LineParser
-from collector.ingest.pipeline import iter_chunks, iter_lines
+from collector.ingest.pipeline import iter_chunks
+from tests.line_reader import chunk_from_lines, iter_lines
 
 
 class _Trickle(io.RawIOBase):
@@ -117,7 +118,7 @@ def test_an_otlp_request_line_stays_whole_up_to_the_document_limit():
 
 def test_chunk_from_lines_round_trips():
     lines = [(7, b"a", None), (8, b"", None), (9, b"b" * 5, 900), (10, b"c", None)]
-    chunk = parse_pool.Chunk.from_lines(lines)
+    chunk = chunk_from_lines(lines)
     assert chunk.lines() == lines and chunk.first == 7 and chunk.nbytes == 7
 
 
@@ -125,7 +126,7 @@ def _fluent_chunks(count: int, size: int) -> list[parse_pool.Chunk]:
     from tests.test_ingest_fastpath import NESTED, fluent
 
     line = fluent(NESTED).encode("utf-8")
-    return [parse_pool.Chunk.from_lines([(k * size + i, line.replace(b"T-1", b"T-%d" % (k * size + i)), None)
+    return [chunk_from_lines([(k * size + i, line.replace(b"T-1", b"T-%d" % (k * size + i)), None)
                                          for i in range(1, size + 1)]) for k in range(count)]
 
 

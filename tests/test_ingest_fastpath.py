@@ -21,6 +21,7 @@ import pytest
 
 from collector.ingest import fastpath, parse_pool
 from collector.ingest.parser import LineParser
+from tests.line_reader import chunk_from_lines
 
 DATA = Path(__file__).parent / "data" / "logs"
 SOURCE = "/var/log/containers/fraud-api.log"
@@ -237,7 +238,7 @@ def test_parse_chunk_with_the_fast_path_gives_sequential_parsing(tmp_path):
         masked += m
     parse_pool._init_worker({"cluster": "c"})
     try:
-        chunk = parse_pool.parse_chunk(SOURCE, parse_pool.Chunk.from_lines(
+        chunk = parse_pool.parse_chunk(SOURCE, chunk_from_lines(
             [(n, line.encode("utf-8", "surrogatepass"), None) for n, line in enumerate(lines, start=1)]))
     finally:
         import gc

@@ -17,7 +17,7 @@ import pytest
 from collector.ingest.aliases import AliasTable
 from collector.ingest.otlp import records_from_json, records_from_protobuf
 from collector.ingest.parser import LineParser, Outcome
-from collector.ingest.pipeline import iter_lines
+from collector.ingest.pipeline import iter_chunks
 
 DATA = Path(__file__).parent / "data" / "logs"
 POD_UID = "0f3c2a9e-6a51-4d0e-9d7e-1b2c3d4e5f60"
@@ -35,9 +35,16 @@ BUSINESS_193 = {
 def parse_stream(data: bytes, source: str = "test", **kwargs) -> list[Outcome]:
     parser = LineParser(**kwargs)
     out: list[Outcome] = []
-    for n, (line, total) in enumerate(iter_lines(io.BytesIO(data), parser.max_line_bytes), start=1):
-        out += parser.feed_bytes(line, source, str(n), total if total != len(line) else None)
+    for chunk in iter_chunks(io.BytesIO(data), parser.max_line_bytes):
+        for n, line, total in chunk.lines():
+            out += parser.feed_bytes(line, source, str(n), total)
     return out + parser.finish()
+
+
+def read_lines(stream, max_line_bytes: int, **kwargs) -> list[tuple[bytes, int]]:
+    """``(data, total bytes)`` of each line ``iter_chunks`` reads (the ingest's reader)."""
+    return [(data, len(data) if total is None else total)
+            for chunk in iter_chunks(stream, max_line_bytes, **kwargs) for _, data, total in chunk.lines()]
 
 
 def parse_file(name: str, source: str | None = None, **kwargs) -> list[Outcome]:
@@ -326,7 +333,7 @@ def test_hostile_lines_end_in_quarantine_with_their_reason():
 
 def test_reader_keeps_memory_bounded_for_a_huge_line():
     stream = io.BytesIO(b"a" * 5_000_000 + b"\nshort\n")
-    lines = list(iter_lines(stream, 1024))
+    lines = read_lines(stream, 1024)
     assert [(len(d), total) for d, total in lines] == [(1025, 5_000_000), (5, 5)]
 
 
@@ -349,7 +356,7 @@ def test_reader_keeps_otlp_request_lines_whole_up_to_the_document_limit():
     doc = b'{"resourceLogs":[' + b" " * 300 + b"]}"
     other = b'{"log":"' + b"y" * 300 + b'"}'
     data = other + b"\n" + doc + b"\n" + doc + b" " * 500 + b"\n" + doc
-    lines = list(iter_lines(io.BytesIO(data), 100, max_document_bytes=400, is_document=LineParser().reads_documents))
+    lines = read_lines(io.BytesIO(data), 100, max_document_bytes=400, is_document=LineParser().reads_documents)
     assert [(len(line), total) for line, total in lines] == [(101, 310), (len(doc), len(doc)),
                                                               (101, len(doc) + 500), (len(doc), len(doc))]
 

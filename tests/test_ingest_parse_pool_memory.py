@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from collector.ingest import parse_pool
+from tests.line_reader import chunk_from_lines
 from tests.test_ingest_fastpath import NESTED, fluent
 
 GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
@@ -29,7 +30,7 @@ def test_workers_fault_in_fewer_pages_than_they_parse_lines():
     were returned to the kernel and faulted in again (~1.3 minor faults per line measured); kept,
     the faults are those of the first chunks only."""
     line = fluent(NESTED).encode("utf-8")
-    chunk = parse_pool.Chunk.from_lines([(n, line, None) for n in range(1, 1001)])
+    chunk = chunk_from_lines([(n, line, None) for n in range(1, 1001)])
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
     pool = parse_pool.ParsePool(1, {"cluster": "c"})
     try:  # two chunks in flight at a time, as a run keeps a few (its in-flight bytes are bounded)
@@ -52,7 +53,7 @@ def test_workers_run_nicer_than_the_writer():
 
     pool = parse_pool.ParsePool(1, {"cluster": "c"})
     try:
-        pool.submit("app.log", parse_pool.Chunk.from_lines([(1, b"{}", None)])).get()  # the worker is set up
+        pool.submit("app.log", chunk_from_lines([(1, b"{}", None)])).get()  # the worker is set up
         worker_nice = os.getpriority(os.PRIO_PROCESS, pool.pids[0])
     finally:
         pool.close()

@@ -95,20 +95,13 @@ class Chunk:
     longer than the line limit: truncated, or an OTLP request line kept whole) is an empty line in
     ``text`` and its ``(data, total)`` is in ``special`` under its index in the chunk. ``first`` is
     the first line's number, ``nbytes`` the bytes of the lines (what the in-flight bound counts).
-    Made by ``pipeline.iter_chunks``; ``lines()`` gives what ``pipeline.iter_lines`` gives for them.
+    Made by ``pipeline.iter_chunks``; ``lines()`` gives its lines back.
     """
 
     first: int
     text: bytes
     special: "dict[int, tuple[bytes, int | None]] | None"
     nbytes: int
-
-    @classmethod
-    def from_lines(cls, lines: "list[Line]") -> "Chunk":
-        """The chunk of ``lines`` (consecutive numbers, none holding ``\\n``)."""
-        special = {i: (data, total) for i, (_, data, total) in enumerate(lines) if total is not None}
-        text = b"".join(b"\n" if i in special else data + b"\n" for i, (_, data, _t) in enumerate(lines))
-        return cls(lines[0][0], text, special or None, sum(len(data) for _, data, _ in lines))
 
     def lines(self) -> "list[Line]":
         """``(line number, data, total or None)`` of each line, in order."""

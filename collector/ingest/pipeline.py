@@ -79,48 +79,6 @@ class IngestCounts:
         return self.read == self.stored + self.duplicates + self.quarantined
 
 
-def iter_lines(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: int | None = None,
-               is_document: Callable[[bytes], bool] | None = None) -> Iterator[tuple[bytes, int]]:
-    """Physical lines of ``stream`` as ``(data, total_bytes)``, newline removed.
-
-    Memory stays bounded: of a line longer than ``max_line_bytes`` only the first
-    ``max_line_bytes + 1`` bytes are kept; the rest is read in 1 MiB pieces and only counted.
-    A line whose first ``max_line_bytes + 1`` bytes satisfy ``is_document`` (an OTLP export
-    request: ``LineParser.reads_documents``) is kept whole up to ``max_document_bytes``.
-    """
-    limit = max_line_bytes + 1
-    while True:
-        line = stream.readline(limit)
-        if not line:
-            return
-        if line.endswith(b"\n"):
-            yield line[:-1], len(line) - 1
-            continue
-        if len(line) < limit:  # last line without a newline
-            yield line, len(line)
-            continue
-        if max_document_bytes is not None and max_document_bytes > max_line_bytes and is_document is not None \
-                and is_document(line):
-            line += stream.readline(max_document_bytes + 1 - len(line))
-            if line.endswith(b"\n"):
-                yield line[:-1], len(line) - 1
-                continue
-            if len(line) <= max_document_bytes:  # last line without a newline
-                yield line, len(line)
-                continue
-        total = len(line)
-        line = line[:limit]
-        while True:
-            more = stream.readline(1 << 20)
-            if not more:
-                break
-            if more.endswith(b"\n"):
-                total += len(more) - 1
-                break
-            total += len(more)
-        yield line, total
-
-
 READ_BYTES = 1 << 20  # one read of the input by iter_chunks
 
 
@@ -129,11 +87,14 @@ def iter_chunks(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: in
     """The lines of ``stream`` as ``parse_pool.Chunk`` s of ``parse_pool.CHUNK_LINES`` lines (fewer
     once they hold ``parse_pool.CHUNK_BYTES`` bytes, at least one line), numbered from 1.
 
-    The lines and their ``(data, total)`` are exactly ``iter_lines``'s (``tests`` compare the two on
-    random inputs and read sizes), found by searching ``READ_BYTES`` reads for newlines instead of
-    a ``readline`` and a tuple per line: a run of ordinary lines goes into the chunk as one slice.
-    Memory stays bounded as in ``iter_lines``: of a line over ``max_line_bytes`` only its first
-    ``max_line_bytes + 1`` bytes are kept (an OTLP request line: up to ``max_document_bytes``).
+    The lines and their ``(data, total)`` are exactly those of a ``readline`` loop (the reference
+    reader ``tests/line_reader.py``; ``tests/test_ingest_chunks.py`` compares the two on random
+    inputs and read sizes), found by searching ``READ_BYTES`` reads for newlines instead of a
+    ``readline`` and a tuple per line: a run of ordinary lines goes into the chunk as one slice.
+    Memory stays bounded: of a line over ``max_line_bytes`` only its first ``max_line_bytes + 1``
+    bytes are kept, the rest is read in ``READ_BYTES`` pieces and only counted; a line whose first
+    ``max_line_bytes + 1`` bytes satisfy ``is_document`` (an OTLP export request:
+    ``LineParser.reads_documents``) is kept whole up to ``max_document_bytes``.
     """
     chunk_lines, chunk_bytes = parse_pool.CHUNK_LINES, parse_pool.CHUNK_BYTES
     documents = max_document_bytes is not None and max_document_bytes > max_line_bytes and is_document is not None
@@ -190,13 +151,13 @@ def _long_line(buf: bytes, pos: int, eof: bool, read: Callable[[int], bytes], ma
                max_document_bytes: int | None, is_document: Callable[[bytes], bool] | None
                ) -> tuple[bytes, int, bytes, int, bool]:
     """The line at ``buf[pos:]`` that is longer than ``max_line_bytes`` (at least ``max_line_bytes
-    + 1`` of its bytes are in ``buf``), as ``iter_lines`` gives it: ``(data, total bytes, buf, pos,
+    + 1`` of its bytes are in ``buf``), as the reference reader gives it: ``(data, total bytes, buf, pos,
     eof)`` with ``buf[pos:]`` what follows its newline. ``max_document_bytes``: None when no line
     is kept whole as a document."""
     limit = max_line_bytes + 1
     head = buf[pos:pos + limit]
     if max_document_bytes is not None and is_document(head):  # type: ignore[misc]
-        # iter_lines reads on to max_document_bytes + 1 bytes, its newline included
+        # read on to max_document_bytes + 1 bytes, its newline included
         while buf.find(b"\n", pos, pos + max_document_bytes + 1) < 0 and len(buf) - pos <= max_document_bytes \
                 and not eof:
             more = read(READ_BYTES)
