@@ -12,7 +12,9 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    coverage interval of ``Pod``, ``ResourceClaim`` and ``ResourceSlice`` (a closed
    ``coverage_intervals`` row ``[started_ns, ended_ns)`` or the open ``watch_state`` interval since
    ``state_since_ns``). Otherwise the record is ``unattributed`` / ``coverage-gap``: a gap, or a
-   time before the watcher ever synced, is not evidence.
+   time before the watcher ever synced, is not evidence. A covered record within ``clock_skew_s``
+   of a gap's edge (``_gap_edges``: where coverage starts or stops, not where two synced intervals
+   merely abut) may have happened inside it: step 6 makes it ``skew-window``.
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
    ``pod_states`` rows, none valid at ``t``, is ``no-pod``; so is a uid never projected (only pods
@@ -45,9 +47,14 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    No device record with a GPU identity: ``no-device-record``.
 6. **status** — ``exact`` when exactly one physical GPU results, every served result has a device
    record and no transition used (pod state, claim ref, episode, consumer and device-state interval
-   bounds) lies within ``clock_skew_s`` of the record's time interval ``[t, t + precision)``
-   (log-formats.md §5.4); otherwise ``ambiguous`` with ``several-devices`` or ``skew-window``
-   (also for a ``no-pod`` near its key's pod state bounds, step 2).
+   bounds, coverage gap edges) lies within ``clock_skew_s`` of an instant the record may mean —
+   ``[t, t + precision)`` in whole ns (log-formats.md §5.4), so a transition at ``b`` counts when
+   ``t - skew <= b < t + precision + skew`` —; otherwise ``ambiguous`` with ``several-devices`` or
+   ``skew-window``. A chain that broke is ``skew-window`` too when the level it broke at has a row
+   bound that close (``SKEWABLE_REASONS``): ``no-pod`` (the key's pod states, step 2), ``no-claim``
+   (the pod's claim references for the containers that count), ``no-allocation`` (the episodes and
+   reservations of the pod's claims valid at ``t``), ``no-device-record`` (the device's states) —
+   the watcher's observation lags the change, so "none at t" is no evidence then.
 
 Lineage columns filled per status: ``pod_uid``/``node_name`` whenever one pod resolved; the device
 columns (driver/pool/device, device uuid, state id) only when exactly one device of the GPU served;
@@ -69,8 +76,9 @@ records) at those bounds into *segments*, evaluates the rule once at each segmen
 stores the verdict with the nearest bounds the chain used on either side (``near_lo`` ≤ start,
 ``near_hi`` > start). Each record
 then takes its segment's verdict with one interval join; the skew test is made per record
-(``near_lo >= t - skew`` or ``near_hi <= t + precision + skew``), which equals testing every bound
-because no bound lies inside a segment. Both paths share ``_verdicts``; tests hold them equal.
+(``near_lo >= t - skew`` or ``near_hi < t + precision + skew``), which equals testing every bound
+because no bound lies inside a segment (every bound the test reads is a cut: the missing levels'
+rows are rows the chain may read, the gap edges coverage bounds). Both paths share ``_verdicts``; tests hold them equal.
 
 Records are taken in id chunks (``chunk_records``), the per-chunk keys, segments and verdicts
 staged in temporary tables (ANALYZEd on PostgreSQL so the planner knows their size).
@@ -338,6 +346,21 @@ def _in_gap(cluster: ColumnElement, t: ColumnElement) -> ColumnElement[int]:
     return case((unknown, 2), (or_(*uncovered), 1), else_=0)
 
 
+def _gap_edges() -> Select:
+    """``(cluster, b)``: every instant ``b`` at which a cluster's coverage (``_in_gap``) changes —
+    a gap ends at ``b`` (covered at ``b``, not at ``b - 1``) or starts there. Candidates are the
+    bounds of the coverage rows; one that only joins two abutting synced intervals is no edge."""
+    kinds = CI.c.kind.in_(COVERAGE_KINDS)
+    bounds = union(
+        select(CI.c.cluster, CI.c.started_ns.label("b")).where(kinds),
+        select(CI.c.cluster, CI.c.ended_ns.label("b")).where(kinds, CI.c.ended_ns.is_not(None)),
+        select(WS.c.cluster, WS.c.state_since_ns.label("b")).where(WS.c.kind.in_(COVERAGE_KINDS),
+                                                                  WS.c.state_since_ns.is_not(None)),
+    ).subquery("coverage_bounds")
+    return select(bounds.c.cluster, bounds.c.b).where(
+        _in_gap(bounds.c.cluster, bounds.c.b) != _in_gap(bounds.c.cluster, bounds.c.b - 1))
+
+
 # --------------------------------------------------------------------------------------------
 # The rule, evaluated at a set of points
 # --------------------------------------------------------------------------------------------
@@ -520,6 +543,58 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         served_only(AE.c.claim_name).label("claim_name"),
     ).select_from(chain).cte("paths")
 
+    # Where the chain breaks (no-claim, no-allocation, no-device-record), the rows of the missing
+    # level valid at other times than t: their nearest bounds, so that a record within the skew
+    # tolerance of the claim reference being observed, the allocation starting or ending, or the
+    # device's record appearing is ``skew-window``, not a verdict that it had none (step 6).
+    pcc_near, pcr_near = PCC.alias("pcc_near"), PCR.alias("pcr_near")
+    ref_bounds = [pcr_near.c.valid_from_ns, pcr_near.c.valid_to_ns]
+    claim_near = select(
+        podone.c.pid, _bound_below(ref_bounds, podone.c.t).label("near_lo"),
+        _bound_above(ref_bounds, podone.c.t).label("near_hi"),
+    ).select_from(
+        podone.join(pcc_near, and_(pcc_near.c.cluster == podone.c.cluster, pcc_near.c.pod_uid == podone.c.pod_uid,
+                                   or_(podone.c.sel_container.is_(None),
+                                       pcc_near.c.container_name == podone.c.sel_container)))
+        .join(pcr_near, and_(pcr_near.c.cluster == podone.c.cluster, pcr_near.c.pod_uid == podone.c.pod_uid,
+                             pcr_near.c.pod_claim_name == pcc_near.c.pod_claim_name,
+                             pcr_near.c.claim_name.is_not(None)))
+    )
+    cc_near, ae_near = CC.alias("cc_near"), AE.alias("ae_near")
+    episode_bounds = [ae_near.c.valid_from_ns, ae_near.c.valid_to_ns, cc_near.c.valid_from_ns, cc_near.c.valid_to_ns]
+    allocation_near = select(
+        claimreq.c.pid, _bound_below(episode_bounds, claimreq.c.t).label("near_lo"),
+        _bound_above(episode_bounds, claimreq.c.t).label("near_hi"),
+    ).select_from(
+        claimreq.join(cc_near, and_(cc_near.c.cluster == claimreq.c.cluster, cc_near.c.consumer_uid == claimreq.c.pod_uid))
+        .join(ae_near, and_(ae_near.c.id == cc_near.c.episode_id, ae_near.c.claim_namespace == claimreq.c.claim_namespace,
+                            ae_near.c.claim_name == claimreq.c.claim_name))
+    )
+    ds_near = DS.alias("ds_near")
+    device_bounds = [ds_near.c.valid_from_ns, ds_near.c.valid_to_ns]
+    device_near = select(
+        claimreq.c.pid, _bound_below(device_bounds, claimreq.c.t).label("near_lo"),
+        _bound_above(device_bounds, claimreq.c.t).label("near_hi"),
+    ).select_from(
+        chain.join(ds_near, and_(ds_near.c.cluster == claimreq.c.cluster, ds_near.c.driver == AR.c.driver,
+                                 ds_near.c.pool == AR.c.pool, ds_near.c.device == AR.c.device))
+    ).where(AR.c.id.is_not(None))
+
+    def nearest(rows: Select, name: str) -> Any:
+        sub = rows.subquery(f"{name}_rows")
+        return select(sub.c.pid, func.max(sub.c.near_lo).label("near_lo"), func.min(sub.c.near_hi).label("near_hi")
+                      ).group_by(sub.c.pid).cte(name)
+
+    claimnear, allocnear, devnear = (nearest(claim_near, "claimnear"), nearest(allocation_near, "allocnear"),
+                                     nearest(device_near, "devnear"))
+    # gapnear: the nearest edges of the cluster's coverage gaps (step 1): a record covered at t but
+    # within the tolerance of a gap may have happened inside it, where nothing is exact.
+    edges = _gap_edges().subquery("gap_edges")
+    gapnear = select(
+        P.c.pid, func.max(case((edges.c.b <= P.c.t, edges.c.b))).label("near_lo"),
+        func.min(case((edges.c.b > P.c.t, edges.c.b))).label("near_hi"),
+    ).select_from(P.join(edges, edges.c.cluster == P.c.cluster)).where(P.c.in_gap == 0).group_by(P.c.pid).cte("gapnear")
+
     # candidates: the distinct GPUs and the served results without a device record, per point.
     cand = select(paths.c.pid, paths.c.gpu, paths.c.unresolved_id).where(
         or_(paths.c.gpu.is_not(None), paths.c.unresolved_id.is_not(None))).distinct().subquery("cand")
@@ -572,6 +647,15 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     def with_claim(col: ColumnElement) -> ColumnElement:
         return case((one_claim, col), else_=null())
 
+    def near(side: str) -> list[ColumnElement]:
+        """The bounds of ``side`` the skew test reads: the chain's own, the coverage gaps', and where
+        the chain broke (no pod, no claim, no allocation, no device record), the missing level's."""
+        return [podagg.c[side], pathagg.c[side], gapnear.c[side],
+                case((podagg.c.pid.is_(None), podnear.c[side])),
+                case((and_(podagg.c.pid.is_not(None), pathagg.c.pid.is_(None)), claimnear.c[side])),
+                case((and_(pathagg.c.pid.is_not(None), n_results == 0), allocnear.c[side])),
+                case((and_(n_results > 0, n_gpus == 0), devnear.c[side]))]
+
     return select(
         P.c.pid,
         status.label("status"),
@@ -584,27 +668,32 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         *[with_gpu(pathagg.c[col]).label(col)
           for col in ("driver", "pool", "device", "device_state_id", "device_uuid", "physical_gpu_uuid",
                       "product_name", "mig_profile")],
-        _Greatest(func.coalesce(podagg.c.near_lo, NEG_INF_NS), func.coalesce(pathagg.c.near_lo, NEG_INF_NS),
-                  func.coalesce(case((podagg.c.pid.is_(None), podnear.c.near_lo)), NEG_INF_NS)).label("near_lo"),
-        _Least(func.coalesce(podagg.c.near_hi, POS_INF_NS), func.coalesce(pathagg.c.near_hi, POS_INF_NS),
-               func.coalesce(case((podagg.c.pid.is_(None), podnear.c.near_hi)), POS_INF_NS)).label("near_hi"),
+        _Greatest(*[func.coalesce(col, NEG_INF_NS) for col in near("near_lo")]).label("near_lo"),
+        _Least(*[func.coalesce(col, POS_INF_NS) for col in near("near_hi")]).label("near_hi"),
     ).select_from(
         P.outerjoin(podagg, podagg.c.pid == P.c.pid).outerjoin(pathagg, pathagg.c.pid == P.c.pid)
         .outerjoin(candagg, candagg.c.pid == P.c.pid).outerjoin(podnear, podnear.c.pid == P.c.pid)
+        .outerjoin(claimnear, claimnear.c.pid == P.c.pid).outerjoin(allocnear, allocnear.c.pid == P.c.pid)
+        .outerjoin(devnear, devnear.c.pid == P.c.pid).outerjoin(gapnear, gapnear.c.pid == P.c.pid)
     )
 
 
+SKEWABLE_REASONS = ("no-pod", "no-claim", "no-allocation", "no-device-record")
+
+
 def _skewable(v: Any) -> ColumnElement[bool]:
-    """Verdicts the skew test may downgrade: ``exact`` and ``no-pod``."""
-    return or_(v.c.status == "exact", v.c.reason == "no-pod")
+    """Verdicts the skew test may downgrade: ``exact``, and the chain broken at a level whose rows
+    may lie just the other side of ``t`` (``SKEWABLE_REASONS``)."""
+    return or_(v.c.status == "exact", v.c.reason.in_(SKEWABLE_REASONS))
 
 
 def _skewed(v: Any, t: ColumnElement, precision: ColumnElement, skew_ns: int) -> ColumnElement[bool]:
-    """The skew test (step 6): an ``exact`` or ``no-pod`` verdict becomes ``ambiguous`` /
-    ``skew-window`` when a bound the chain used (for ``no-pod``: a bound of the key's pod states)
-    lies in ``[t - skew, t + precision + skew]``; ``v.near_lo <= t < v.near_hi`` are the nearest
-    such bounds, so two comparisons decide it."""
-    near = or_(v.c.near_lo >= t - skew_ns, v.c.near_hi <= t + func.coalesce(precision, 1) + skew_ns)
+    """The skew test (step 6): a ``_skewable`` verdict becomes ``ambiguous`` / ``skew-window`` when
+    a bound it read (``_verdicts``: the chain's rows, the coverage gaps' edges, the missing level's
+    rows) lies within ``skew`` of an instant the record may mean, ``[t, t + precision)`` in whole
+    ns: in ``[t - skew, t + precision - 1 + skew]``. ``v.near_lo <= t < v.near_hi`` are the
+    nearest such bounds, so two comparisons decide it."""
+    near = or_(v.c.near_lo >= t - skew_ns, v.c.near_hi < t + func.coalesce(precision, 1) + skew_ns)
     return and_(_skewable(v), near)
 
 
@@ -913,7 +1002,7 @@ class _Run:
                   TL.c.s <= t, t < TL.c.e)
         return select(
             R.c.id.label("record_id"),
-            *_lineage_row(TL, or_(t <= TL.c.skew_until, t + precision >= TL.c.skew_from), self.attributed_at,
+            *_lineage_row(TL, or_(t <= TL.c.skew_until, t + precision > TL.c.skew_from), self.attributed_at,
                           self.settings_id),
         ).select_from(R.join(TL, on)).where(*where)
 
@@ -1413,7 +1502,8 @@ def _co_tenants_stmt() -> Select:
             DS.join(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
                              AR.c.admin_access == False))  # noqa: E712
             .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t)))
-            .join(CC, and_(CC.c.episode_id == AE.c.id, _valid_at(CC, t)))
+            # as attribution counts them (step 4): reserved at t, or the claim's owner pod
+            .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_valid_at(CC, t), AE.c.owner_pod_uid == CC.c.consumer_uid)))
         )
         .where(DS.c.cluster == bindparam("cluster"), DS.c.gpu_uuid == bindparam("gpu"), _valid_at(DS, t))
         .distinct()
@@ -1429,7 +1519,9 @@ def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: 
 
     A consumer is a ``reservedFor`` entry (``claim_consumers`` valid at ``t_ns``) of an allocation
     episode valid at ``t_ns`` with a non-adminAccess result on a device whose ``device_states`` row
-    valid at ``t_ns`` belongs to the GPU (its own UUID or its MIG parent's).
+    valid at ``t_ns`` belongs to the GPU (its own UUID or its MIG parent's); so is the pod that owns
+    the claim (template claim) whatever the time its reservation was observed, as attribution counts
+    it (module docstring, step 4): two pods' traces at one instant name each other or neither.
 
     Returns:
         ``[{"namespace", "pod", "pod_uid", "claim"}]`` sorted by namespace, pod, claim.
@@ -1622,7 +1714,8 @@ def _trace_stmt() -> Select:
     record's own pod included), ordered by time and record id.
 
     A record yields one row per allocation result of its GPU's devices whose episode is valid at its
-    time (``ct_*`` NULL where the reservation is not), one row if there is none or it has no GPU.
+    time and per consumer counted then (``co_tenants``' rule: reserved at t, or the claim's owner;
+    ``ct_*`` NULL where none is), one row if there is none or it has no GPU.
 
     One round trip per id: on a shared machine each round trip waits for the server process to be
     scheduled, which made most of a trace's p99 when this was two statements. Planned in a fixed
@@ -1664,7 +1757,7 @@ def _trace_stmt() -> Select:
                             ar.c.admin_access == False,  # noqa: E712
                             exists().where(ae_valid.c.id == ar.c.episode_id, _valid_at(ae_valid, t))))
         .outerjoin(ae, and_(ae.c.id == ar.c.episode_id, ae.c.cluster == ds.c.cluster, _valid_at(ae, t)))
-        .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, _valid_at(cc, t)))
+        .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_valid_at(cc, t), ae.c.owner_pod_uid == cc.c.consumer_uid)))
     )
     return (
         select(*[c for c in rec.c if c.name != "eff_cluster"],
