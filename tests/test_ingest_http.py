@@ -85,6 +85,32 @@ def test_a_retried_body_without_request_id_is_quarantined_once(sessions, databas
         assert ledger.verify(s).ok
 
 
+def test_the_body_derived_request_id_is_keyed_and_gives_no_masked_card_number_back(sessions, database_url):
+    """A tester's finding: the id was the plain SHA-256 of the body, stored as every row's source;
+    for a body holding one card number, stored masked (first 6 / last 4), hashing the stored text
+    with each of the 10^6 middles found the number in 0.4 s. The id is now an HMAC under the
+    server's ingest token: the same body gets the same id (retries dedupe), another token another."""
+    import hashlib
+    import hmac
+
+    body = b'{"@timestamp":"2025-06-04T10:15:00Z","decision":"A","message":"no txn here, card 5425233430109903"}\n'
+    headers = {**AUTH, "Content-Type": "application/x-ndjson"}
+    answer = make_client(sessions, database_url).post("/v1/ingest", content=body, headers=headers).json()
+    assert answer["quarantined"] == 1
+    expected = "body-" + hmac.new(TOKEN.encode(), body, hashlib.sha256).hexdigest()[:32]
+    assert answer["request_id"] == expected != "body-" + hashlib.sha256(body).hexdigest()[:32]
+    with sessions() as s:
+        [q] = s.execute(select(Quarantine)).scalars().all()
+    assert q.source == f"http:{expected}" and "542523******9903" in q.raw_text
+    # what the brute force tried: the stored masked text with a middle filled in hashes to no stored value
+    candidate = q.raw_text.replace("542523******9903", "5425233430109903").encode() + b"\n"
+    assert candidate == body and hashlib.sha256(candidate).hexdigest()[:32] not in q.source
+    other = Settings(database_url=database_url, ingest_token="another-token", cluster="prod-eu")
+    client = TestClient(Starlette(routes=ingest_routes(other, sessions)))
+    again = client.post("/v1/ingest", content=body, headers={**headers, "Authorization": "Bearer another-token"}).json()
+    assert again["request_id"].startswith("body-") and again["request_id"] != expected
+
+
 def test_a_gzip_body_sent_without_content_encoding_is_gunzipped(sessions, database_url):
     """``curl --data-binary @file.jsonl.gz`` sends the gzip bytes with no Content-Encoding: the
     magic bytes tell, and the lines are ingested rather than quarantined as binary noise."""

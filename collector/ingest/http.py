@@ -206,16 +206,22 @@ def _request_id(request: Request) -> str:
     return _given_request_id(request) or uuid.uuid4().hex
 
 
-def _body_request_id(request: Request, body: bytes) -> str:
+def _body_request_id(request: Request, body: bytes, key: bytes) -> str:
     """The request's id once its body is read: the client's (``_given_request_id``), else ``body-``
-    and the first 32 hex digits of the SHA-256 of the (decompressed) body.
+    and the first 32 hex digits of the HMAC-SHA256 (RFC 2104) of the (decompressed) body under
+    ``key`` (the server's ingest token).
 
     Why: a shipper that did not get the answer (timeout, restart) sends the same body again, usually
     without a request id (Fluent Bit, Vector). Records are deduplicated by content anyway, but a
     quarantined line is keyed by its source (``http:<request id>``) and position: with a random id
     each retry quarantined it again. The same body now gets the same id, so a retry adds nothing.
+    Keyed: the id is echoed and stored in every row's source, and the body may hold a card number
+    that is stored masked (first 6 / last 4); an unkeyed hash of the body would give the masked
+    digits back to a brute force over a million candidates (PCI DSS 3.5.1.1 asks for keyed hashes).
+    A token rotation changes the ids of bodies re-sent afterwards (a quarantined line of such a
+    retry is stored once more).
     """
-    return _given_request_id(request) or "body-" + hashlib.sha256(body).hexdigest()[:32]
+    return _given_request_id(request) or "body-" + hmac.new(key, body, hashlib.sha256).hexdigest()[:32]
 
 
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
@@ -277,7 +283,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
         _reject_msgpack(ctype)
         body = await read_body(request, settings.ingest_max_body_bytes)
         _reject_msgpack(ctype, body)
-        request_id = _body_request_id(request, body)
+        request_id = _body_request_id(request, body, (settings.resolved_ingest_token() or "").encode("utf-8"))
         source = f"http:{request_id}"
 
         def work() -> dict[str, Any]:
@@ -294,7 +300,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             raise HttpProblem(415, f"Content-Type {ctype or '(none)'!r} is not OTLP; send application/x-protobuf or application/json")
         as_json = ctype == "application/json"
         body = await read_body(request, settings.ingest_max_body_bytes)
-        request_id = _body_request_id(request, body)
+        request_id = _body_request_id(request, body, (settings.resolved_ingest_token() or "").encode("utf-8"))
         source = f"http:{request_id}"
 
         def work() -> tuple[bytes, str]:
