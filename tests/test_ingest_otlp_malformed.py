@@ -141,3 +141,34 @@ def test_an_unreadable_otlp_time_is_a_bad_timestamp_not_a_missing_one(field, val
     assert out.reason == f"bad-timestamp: OTLP {field} {value!r} is not a whole number of nanoseconds since the epoch"
     (ok,) = LineParser().feed_otlp_records(records_from_json(_request(_record("T-T", timeUnixNano=int(TIME)))), "http:x")
     assert ok.record is not None and ok.record.event_time_ns == int(TIME)
+
+
+def _surrogate_request() -> str:
+    """An OTLP/JSON request whose first record's body and an attribute key hold lone surrogate
+    escapes (\\ud800, \\udfff: valid JSON, no Unicode text), pretty-printed as a file exporter may."""
+    bad = _record("T-SUR-1", body={"stringValue": "x\ud800y"})
+    bad["attributes"].append({"key": "k\udfff", "value": {"stringValue": "v"}})
+    return json.dumps(_request(bad, _record("T-SUR-2")), indent=2)  # json.dumps writes them as escapes
+
+
+def test_lone_surrogates_in_an_otlp_document_are_replaced_not_a_crash(sessions, database_url, tmp_path):
+    """A tester's finding: an OTLP/JSON document (a file read whole, or a POST /v1/logs body) with a
+    lone surrogate escape crashed the ingest with a traceback (orjson refuses the string) and the
+    request answered 500, losing the valid record beside it. As in a JSON line, each becomes "?"."""
+    text = _surrogate_request()
+    assert "\\ud800" in text and "\\udfff" in text
+    doc = tmp_path / "otel.json"
+    doc.write_text(text)
+    result = CliRunner().invoke(cli, ["ingest", str(doc), "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 0, result.output
+    assert {k: json.loads(result.stdout)[k] for k in ("read", "stored", "quarantined")} == {
+        "read": 2, "stored": 2, "quarantined": 0}
+    with sessions() as s:
+        attrs = dict(s.execute(select(InferenceRecord.transaction_id, InferenceRecord.attributes)).all())
+    assert attrs["T-SUR-1"]["message"] == "x?y" and attrs["T-SUR-1"]["k?"] == "v"
+
+    r = _client(sessions, database_url).post("/v1/logs", content=text.replace("T-SUR", "T-HTTP"),
+                                             headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    stored, _ = _rows(sessions)
+    assert sorted(t for t in stored if t.startswith("T-HTTP")) == ["T-HTTP-1", "T-HTTP-2"]

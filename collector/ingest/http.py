@@ -45,6 +45,7 @@ from collector.ingest.jsonarray import JsonArrayElements, feed_elements
 from collector.ingest.jsondoc import JsonRejected, decode
 from collector.ingest.otlp import OtlpMalformed, export_response, records_from_json, records_from_protobuf
 from collector.ingest.pan import mask_text
+from collector.ingest.parser import storable
 from collector.ingest.pipeline import IngestRun
 from collector.ingest.timestamps import zone
 from collector.settings import Settings
@@ -307,7 +308,8 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             run = _new_run(settings, session_factory, request_id)
             if as_json:
                 try:
-                    decoded = decode(body.removeprefix(_UTF8_BOM).decode("utf-8"))
+                    text = body.removeprefix(_UTF8_BOM).decode("utf-8")
+                    decoded = decode(text)
                 except UnicodeDecodeError:
                     raise HttpProblem(400, "OTLP/JSON body is not UTF-8") from None
                 except JsonRejected as exc:
@@ -317,7 +319,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
                 if not isinstance(decoded.value, dict):
                     raise HttpProblem(400, "OTLP/JSON body is not an ExportLogsServiceRequest object")
                 try:
-                    records = list(records_from_json(decoded.value))
+                    records = list(records_from_json(storable(decoded.value, text)))
                 except OtlpMalformed as exc:  # the spec: a malformed request is 400, not retried
                     raise HttpProblem(400, f"OTLP/JSON body rejected: {exc.reason}") from None
             else:

@@ -162,6 +162,16 @@ def _sanitise(value: Any) -> Any:
     return value
 
 
+def storable(doc: Any, text: str | None = None) -> Any:
+    """``doc`` (a decoded JSON value) with NUL and lone surrogates replaced in every string and key,
+    as a line's values are (``_sanitise``: PostgreSQL refuses NUL, UTF-8 has no lone surrogates,
+    and orjson, which hashes every stored row, refuses them). ``text``, the JSON ``doc`` was decoded
+    from, spares the walk when it shows neither (a literal NUL, ``\\u0000``, ``\\ud…``)."""
+    if text is not None and not ("\x00" in text or "\\u0000" in text or "\\ud" in text or "\\uD" in text):
+        return doc
+    return _sanitise(doc)
+
+
 def _strip(text: str) -> str:
     """``text.strip()``, without a copy when nothing is to be stripped (a whole line is long)."""
     return text if text and not text[0].isspace() and not text[-1].isspace() else text.strip()
@@ -284,6 +294,7 @@ class LineParser:
         """The records of a decoded OTLP/JSON export request read as one document (a file), one
         outcome each; a request whose structure is wrong (``otlp.OtlpMalformed``) is one
         quarantined unit, its reason naming the member (position None: the whole document)."""
+        doc = storable(doc)  # a lone surrogate escape in a string: "?" as in a line, not a crash
         try:
             records = records_from_json(doc)
         except OtlpMalformed as exc:
@@ -422,9 +433,7 @@ class LineParser:
     @staticmethod
     def _maybe_sanitise(text: str, doc: Any) -> Any:
         # NUL (literal or \u0000) and \ud800-\udfff escapes (lone surrogates) need the slow walk.
-        if "\x00" in text or "\\u0000" in text or "\\ud" in text or "\\uD" in text:
-            return _sanitise(doc)
-        return doc
+        return storable(doc, text)
 
     def _enveloped(self, env: Envelope, raw: str, source: str, position: str | None) -> list[Outcome]:
         if env.partial and not isinstance(env.payload, str):
