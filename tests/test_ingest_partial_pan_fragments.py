@@ -212,9 +212,13 @@ def test_a_complete_line_that_fails_is_quarantined_as_before():
     line = _fluent("_p", "F", '{"message": "no id"}')
     (out,) = parser.feed_text(line, "src", "1")
     assert out.reason.startswith("missing-transaction-id") and out.raw_text == line
-    line = _fluent("_p", "F", "plain text 11111111")
+    line = _fluent("_p", "F", "plain text of no digits")
     (out,) = parser.feed_text(line, "src", "2")
     assert out.raw_text == line and parser.masker.masked == 0
+    # digits ending a rejected payload: they may be a PAN a shipper's line limit cut (below), as the
+    # digits ending a rejected bare line may (``LineParser.reject``): first 6 kept
+    (out,) = parser.feed_text(_fluent("_p", "F", "plain text 11111111"), "src", "3")
+    assert out.raw_text == _fluent("_p", "F", "plain text 111111**") and parser.masker.masked == 1
 
 
 @pytest.mark.parametrize("text", ["2025-06-04 10:15:06.219 INFO 1 --- [main] o.s.b.w.e.tomcat.TomcatWebServer : Tomcat started",
@@ -222,3 +226,29 @@ def test_a_complete_line_that_fails_is_quarantined_as_before():
 def test_a_plain_text_log_lines_leading_date_is_not_taken_for_the_end_of_a_card_number(text):
     assert mask_cut_start(text) == (text, 0)
     assert mask_cut_start("1111 1111 ok") == ("****1111 ok", 1)  # a card number's tail still is
+
+
+_VECTOR_CUT = ('{"timestamp":"2025-06-04T10:15:00.067901337Z","stream":"stdout","message":"{\\"@timestamp\\":'
+               '\\"2025-06-04T10:15:00Z\\",\\"txn_id\\":\\"T-V-1\\",\\"message\\":\\"pan 5500005555",'
+               '"kubernetes":{"pod_name":"p","pod_namespace":"fraud","container_name":"api"},"source_type":"kubernetes_logs"}')
+_FLUENT_CUT = ('{"date":1749032100.067901,"stream":"stdout","_p":"F","log":"{\\"@timestamp\\":\\"2025-06-04T10:15:00Z\\",'
+               '\\"txn_id\\":\\"T-F-1\\",\\"message\\":\\"pan 5500 0055 55","kubernetes":{"pod_name":"p",'
+               '"namespace_name":"fraud","container_name":"api"}}')
+
+
+@pytest.mark.parametrize("line, kept", [(_VECTOR_CUT, "pan 550000****"), (_FLUENT_CUT, "pan 550000****")])
+def test_a_payload_cut_inside_a_pan_within_a_complete_envelope_keeps_its_first_six(line, kept):
+    """A tester's finding: a shipper's line limit cuts the application's line inside a card number
+    while the envelope around it is complete JSON (Vector, Fluent Bit). The cut digits end the
+    payload string, not the raw line, and were quarantined whole (10 of 16 digits, the other piece
+    showing the last 4): they now keep their first 6, as in a bare or CRI line."""
+    parser = LineParser(cluster="c")
+    [out] = parser.feed_bytes(line.encode(), "shipper.jsonl", "1")
+    assert out.record is None and out.reason.startswith("unparseable")
+    assert kept in out.raw_text and "5500005555" not in out.raw_text.replace(" ", "")
+    assert parser.masker.masked == 1
+    assert json.loads(out.raw_text)  # still the envelope's JSON, the payload's digits starred in place
+    # a payload that ends in a few digits but was quarantined for another reason keeps them
+    [other] = LineParser(cluster="c").feed_bytes(line.replace("5500005555", "55").replace("5500 0055 55", "55")
+                                                 .encode(), "shipper.jsonl", "1")
+    assert "pan 55" in other.raw_text and "*" not in other.raw_text

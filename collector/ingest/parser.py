@@ -112,6 +112,15 @@ def _is_payload(value: str, payload: str) -> bool:
     return value == payload or value.rstrip("\r\n") == payload
 
 
+def _mask_cut_payload(text: str) -> tuple[str, int]:
+    """A rejected payload's text (in its raw line) with its PANs masked and a PAN cut at either end
+    masked as cut (``pan.mask_cut_start``: last 4 kept; ``pan.mask_cut_end``: first 6 kept); the count."""
+    text, whole = mask_text(text)
+    text, start = mask_cut_start(text)
+    text, end = mask_cut_end(text)
+    return text, whole + start + end
+
+
 def _mask_spans(raw: str, spans: list[tuple[int, int]], mask: Callable[[str], tuple[str, int]]) -> tuple[str, int]:
     """``raw`` with ``mask`` applied to each span (a payload's text), and the number masked."""
     count = 0
@@ -477,10 +486,15 @@ class LineParser:
         except (Rejected, JsonRejected) as exc:
             # No partial pending for this stream: the line may be the continuation of one whose
             # first chunks the parser did not see (an earlier request or file), and the digits it
-            # starts with the end of a PAN cut there. Quarantined, they keep their last 4 only.
-            if not isinstance(env.payload, str) or not mask_cut_start(env.payload)[1]:
+            # starts with the end of a PAN cut there: quarantined, they keep their last 4 only. Or
+            # its payload was cut at its end (a shipper's line limit, Fluent Bit's or Vector's,
+            # truncating the application's line inside a complete JSON envelope), and the digits
+            # ending the payload string — not the raw line, whose end ``reject`` looks at — are the
+            # start of a PAN cut there: they keep their first 6 only.
+            payload = env.payload
+            if not isinstance(payload, str) or not (mask_cut_start(payload)[1] or mask_cut_end(mask_text(payload)[0])[1]):
                 raise
-            text, cut = _mask_spans(raw, _payload_spans(raw, env.payload, env.kind), mask_cut_start)
+            text, cut = _mask_spans(raw, _payload_spans(raw, payload, env.kind), _mask_cut_payload)
             self.masker.masked += cut
             return [self.reject(text, exc.reason, source, position)]
 
