@@ -77,3 +77,31 @@ def test_a_parse_worker_killed_during_ingest_is_one_clear_error(tmp_path, databa
     assert result.exit_code == 2
     assert result.output.startswith("draudit: error: parse worker 4242 ended without answering (exit code -9): "
                                     "killed, most likely by the out-of-memory killer")
+
+
+def test_a_file_name_that_is_not_utf8_is_recorded_with_its_bytes_escaped(tmp_path, database_url):
+    """A tester's finding: ``ingest`` of a file whose name holds a non-UTF-8 byte (Latin-1 on an old
+    share) died with a 46-line traceback storing the rows (the name as Python holds it, with a lone
+    surrogate, is no database text). The source is the path with that byte written ``\\xff``."""
+    import os
+
+    name = os.fsdecode(b"bad\xffname.jsonl")
+    (tmp_path / name).write_text("\n".join(LINES) + "\n")
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    ingest = _run("ingest", str(tmp_path / name), "--database-url", database_url, "--output", "json")
+    assert ingest.exit_code == 0, ingest.output
+    assert {k: json.loads(ingest.stdout)[k] for k in ("read", "stored", "quarantined")} == {
+        "read": 4, "stored": 1, "quarantined": 3}
+    shown = str(tmp_path) + "/bad\\xffname.jsonl"
+    out = json.loads(_run("quarantine", "--database-url", database_url, "--source", shown, "--output", "json").stdout)
+    assert out["total"] == 3 and {d["source"] for d in out["lines"]} == {shown}
+
+
+def test_an_alias_file_that_is_not_utf8_is_one_clear_error(tmp_path, database_url):
+    aliases = tmp_path / "aliases.yaml"
+    aliases.write_bytes(b"transaction_id: [\xff]\n")
+    log = tmp_path / "app.log"
+    log.write_text(LINES[0] + "\n")
+    result = _run("ingest", str(log), "--aliases", str(aliases), "--database-url", database_url)
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"alias file {aliases}: not UTF-8 text (byte 0xff at offset 17); save it as UTF-8" in result.output

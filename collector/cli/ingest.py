@@ -160,8 +160,12 @@ def _refuse_protobuf(stream, source: str) -> None:
 def _source(path: str) -> str:
     """The source recorded for ``path``: ``stdin``, or the absolute path, so that the quarantine
     position (source, line) and the pod identity read from ``/var/log/pods/<ns>_<pod>_<uid>/…``
-    do not depend on the directory the command ran in."""
-    return "stdin" if path == "-" else os.path.abspath(path)
+    do not depend on the directory the command ran in. A file name that is not UTF-8 (Python
+    holds its bytes as lone surrogates, which no database text column takes) is recorded with
+    those bytes written ``\\xNN``."""
+    if path == "-":
+        return "stdin"
+    return os.fsencode(os.path.abspath(path)).decode("utf-8", "backslashreplace")
 
 
 def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:

@@ -154,7 +154,7 @@ class AliasTable:
         """Load a YAML (or JSON) alias file.
 
         Raises:
-            UserError: unreadable file, not a mapping, or invalid entries.
+            UserError: unreadable file, not UTF-8, not a mapping, or invalid entries.
         """
         import yaml
 
@@ -162,6 +162,9 @@ class AliasTable:
             doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except OSError as exc:
             raise UserError(f"alias file {path}: cannot read it ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise UserError(f"alias file {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                            f"{exc.start}); save it as UTF-8") from None
         except yaml.YAMLError as exc:
             raise UserError(f"alias file {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(doc, dict):
