@@ -172,3 +172,48 @@ def test_lone_surrogates_in_an_otlp_document_are_replaced_not_a_crash(sessions, 
     assert r.status_code == 200, r.text
     stored, _ = _rows(sessions)
     assert sorted(t for t in stored if t.startswith("T-HTTP")) == ["T-HTTP-1", "T-HTTP-2"]
+
+
+def test_otlp_attribute_keys_given_twice_with_different_values_are_quarantined():
+    """A tester's finding: an OTLP record whose attributes repeat ``txn_id`` (T-A, then T-B) and
+    ``decision`` was stored as T-B / DECLINE, silently; the same JSON line is quarantined as
+    ``duplicate-key``. The OTLP data model requires unique keys; a record that breaks it with two
+    values is quarantined (JSON and protobuf alike), one that repeats the same value is stored."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
+
+    from collector.ingest.otlp import records_from_protobuf
+    from collector.ingest.parser import LineParser
+
+    def kv(key, value):
+        return {"key": key, "value": {"stringValue": value}}
+
+    twice = _record("T-A", attributes=[kv("txn_id", "T-A"), kv("decision", "APPROVE"), kv("decision", "DECLINE"),
+                                       kv("txn_id", "T-B")])
+    same = _record("T-C", attributes=[kv("txn_id", "T-C"), kv("decision", "APPROVE"), kv("decision", "APPROVE")])
+    nested = _record("T-D", attributes=[kv("txn_id", "T-D"), {"key": "req", "value": {"kvlistValue": {"values": [
+        kv("amount", "12"), kv("amount", "13")]}}}])
+    doc = _request(twice, same, nested)
+    doc["resourceLogs"][0]["resource"]["attributes"] += [kv("k8s.pod.uid", "a"), kv("k8s.pod.uid", "b")]
+    one_resource = _request(same)
+    parser = LineParser(cluster="c")
+    out = parser.feed_bytes(json.dumps(doc).encode(), "otel.jsonl", "1")
+    assert [o.reason for o in out] == [
+        "duplicate-key: OTLP attribute 'resource.k8s.pod.uid', 'decision', 'txn_id' appears twice with different values",
+        "duplicate-key: OTLP attribute 'resource.k8s.pod.uid' appears twice with different values",
+        "duplicate-key: OTLP attribute 'resource.k8s.pod.uid', 'req.amount' appears twice with different values"]
+    [ok] = parser.feed_bytes(json.dumps(one_resource).encode(), "otel.jsonl", "2")
+    assert ok.record is not None and ok.record.transaction_id == "T-C" and ok.record.decision == "APPROVE"
+
+    req = ExportLogsServiceRequest()
+    lr = req.resource_logs.add().scope_logs.add().log_records.add()
+    lr.time_unix_nano = int(TIME)
+    lr.attributes.extend([KeyValue(key="txn_id", value=AnyValue(string_value="T-E")),
+                          KeyValue(key="decision", value=AnyValue(string_value="APPROVE")),
+                          KeyValue(key="m", value=AnyValue(kvlist_value=KeyValueList(values=[
+                              KeyValue(key="x", value=AnyValue(int_value=1)),
+                              KeyValue(key="x", value=AnyValue(int_value=2))])))])
+    [record] = records_from_protobuf(req.SerializeToString())
+    assert record.duplicate_keys == ["m.x"]
+    [refused] = LineParser(cluster="c").feed_otlp_records([record], "http:r1")
+    assert refused.reason == "duplicate-key: OTLP attribute 'm.x' appears twice with different values"

@@ -15,7 +15,7 @@ import binascii
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from collector.ingest.pan import mask_binary, mask_text, number_holds_pan
 
@@ -58,6 +58,9 @@ class OtlpLogRecord:
     # card numbers masked inside its bytes values (resource's included) while decoding: base64
     # text shows no digits, so the parser's masker cannot count them; it adds this (``pan_masked``)
     bytes_pans_masked: int = 0
+    # attribute keys (dotted paths into maps; ``resource.`` for its resource's) given twice with
+    # different values: the record is quarantined (``duplicate-key``), never stored with one of them
+    duplicate_keys: list[str] = field(default_factory=list)
 
     def view(self) -> dict[str, Any]:
         """A JSON-able document of the record (the "raw line" we hash and quarantine)."""
@@ -95,35 +98,48 @@ def _finite(value: float) -> Any:
     return value if math.isfinite(value) else repr(value)
 
 
-def bytes_value_text(raw: bytes, masked_count: list[int] | None = None) -> str:
+@dataclass
+class Tally:
+    """What decoding one record's values found besides the values: card numbers masked in bytes
+    values (``pans``) and keys given twice with different values (``duplicates``, dotted paths)."""
+
+    pans: int = 0
+    duplicates: list[str] = field(default_factory=list)
+
+    def copy(self) -> "Tally":
+        return Tally(self.pans, list(self.duplicates))
+
+
+def bytes_value_text(raw: bytes, tally: Tally | None = None) -> str:
     """An ``AnyValue.bytes_value`` as stored: base64 (RFC 4648) of the bytes with any card number in
     them masked first — base64 hides digits from the masker that reads the stored text, so a PAN in a
     bytes attribute would be stored whole. Read as Latin-1 (one character per byte): a PAN written
     as text (``pan.mask_text``) and, in binary data, every run of 13+ digits (``pan.mask_binary``)
-    keep their first 6 and last 4 digits. ``masked_count[0]`` (when given) grows by the number masked."""
+    keep their first 6 and last 4 digits. ``tally.pans`` (when given) grows by the number masked."""
     text = raw.decode("latin-1")
     masked, found = mask_text(text)
     masked, runs = mask_binary(masked)
     if found or runs:
         raw = masked.encode("latin-1", "replace")
-        if masked_count is not None:
-            masked_count[0] += found + runs
+        if tally is not None:
+            tally.pans += found + runs
     return base64.b64encode(raw).decode("ascii")
 
 
-def _json_bytes(value: str, masked_count: list[int] | None) -> str:
+def _json_bytes(value: str, tally: Tally | None) -> str:
     """OTLP/JSON ``bytesValue`` (base64 text) as ``bytes_value_text`` stores it; text that is not
     base64 stays as given (the masker reads it as text)."""
     try:
         raw = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         return value
-    return bytes_value_text(raw, masked_count)
+    return bytes_value_text(raw, tally)
 
 
-def json_any_value(value: Any, masked_count: list[int] | None = None) -> Any:
+def json_any_value(value: Any, tally: Tally | None = None, path: str = "") -> Any:
     """An OTLP/JSON ``AnyValue`` object → Python value (``kvlistValue`` → dict, ``arrayValue`` → list).
-    ``masked_count[0]`` (when given) grows by the card numbers masked in its bytes values."""
+    ``tally`` (when given) counts the card numbers masked in its bytes values and names the map keys
+    given twice with different values (``path``: the dotted key of this value)."""
     v = _dict(value)
     if "stringValue" in v:
         return v["stringValue"] if isinstance(v["stringValue"], str) else str(v["stringValue"])
@@ -138,23 +154,34 @@ def json_any_value(value: Any, masked_count: list[int] | None = None) -> Any:
         except (TypeError, ValueError):
             return None
     if "bytesValue" in v:
-        return _json_bytes(v["bytesValue"], masked_count) if isinstance(v["bytesValue"], str) else None
+        return _json_bytes(v["bytesValue"], tally) if isinstance(v["bytesValue"], str) else None
     if "arrayValue" in v:
-        return [json_any_value(x, masked_count) for x in _list(_dict(v["arrayValue"]).get("values"))]
+        return [json_any_value(x, tally, path) for x in _list(_dict(v["arrayValue"]).get("values"))]
     if "kvlistValue" in v:
-        return json_key_values(_dict(v["kvlistValue"]).get("values"), masked_count)
+        return json_key_values(_dict(v["kvlistValue"]).get("values"), tally, f"{path}.")
     return None
 
 
-def json_key_values(items: Any, masked_count: list[int] | None = None) -> dict[str, Any]:
-    """A list of OTLP/JSON ``KeyValue`` → dict (later duplicates win, as in the SDKs; ``masked_count``
-    as ``json_any_value``)."""
+def json_key_values(items: Any, tally: Tally | None = None, prefix: str = "") -> dict[str, Any]:
+    """A list of OTLP/JSON ``KeyValue`` → dict. A key given twice with the same value is one entry;
+    with different values the later wins here and ``tally`` names it (``prefix`` + key): the OTLP
+    data model says keys MUST be unique, and the caller refuses such a record rather than keep one
+    value silently (issue 4: "duplicate keys that disagree" are quarantined)."""
+    return _key_values(((kv.get("key"), kv.get("value")) for kv in map(_dict, _list(items))), json_any_value,
+                       tally, prefix)
+
+
+def _key_values(pairs: Iterable[tuple[Any, Any]], convert: Callable[..., Any], tally: Tally | None,
+                prefix: str) -> dict[str, Any]:
+    """``{key: convert(value, tally, prefix + key)}`` of string keys, duplicates that disagree named in ``tally``."""
     out: dict[str, Any] = {}
-    for kv in _list(items):
-        kv = _dict(kv)
-        key = kv.get("key")
-        if isinstance(key, str):
-            out[key] = json_any_value(kv.get("value"), masked_count)
+    for key, raw in pairs:
+        if not isinstance(key, str):
+            continue
+        value = convert(raw, tally, prefix + key)
+        if key in out and out[key] != value and tally is not None and prefix + key not in tally.duplicates:
+            tally.duplicates.append(prefix + key)
+        out[key] = value
     return out
 
 
@@ -304,8 +331,8 @@ def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
 def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
     for i, rl in enumerate(_list(doc.get("resourceLogs"))):
         rl = _dict(rl)
-        in_resource = [0]
-        resource = json_key_values(_dict(rl.get("resource")).get("attributes"), in_resource)
+        in_resource = Tally()
+        resource = json_key_values(_dict(rl.get("resource")).get("attributes"), in_resource, "resource.")
         for j, sl in enumerate(_list(rl.get("scopeLogs"))):
             sl = _dict(sl)
             scope = _dict(sl.get("scope"))
@@ -314,9 +341,9 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 warnings: list[str] = []
                 sev = lr.get("severityNumber")
                 problems = [p for p in (_time_problem(lr, "timeUnixNano"), _time_problem(lr, "observedTimeUnixNano")) if p]
-                masked = [in_resource[0]]  # every record carries its resource's values
-                body = json_any_value(lr.get("body"), masked) if "body" in lr else None
-                attributes = json_key_values(lr.get("attributes"), masked)
+                tally = in_resource.copy()  # every record carries its resource's values
+                body = json_any_value(lr.get("body"), tally, "body") if "body" in lr else None
+                attributes = json_key_values(lr.get("attributes"), tally)
                 yield OtlpLogRecord(
                     position=f"rl{i}.sl{j}.lr{k}", resource=resource,
                     scope_name=scope.get("name") if isinstance(scope.get("name"), str) else None,
@@ -325,7 +352,8 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                     observed_time_unix_nano=_int(lr.get("observedTimeUnixNano")),
                     severity_number=sev if isinstance(sev, int) and not isinstance(sev, bool) else 0,
                     severity_text=lr.get("severityText") if isinstance(lr.get("severityText"), str) else None,
-                    body=body, attributes=attributes, bytes_pans_masked=masked[0],
+                    body=body, attributes=attributes, bytes_pans_masked=tally.pans,
+                    duplicate_keys=tally.duplicates,
                     trace_id=_hex_id(lr.get("traceId"), 32, "traceId", warnings),
                     span_id=_hex_id(lr.get("spanId"), 16, "spanId", warnings),
                     flags=_int(lr.get("flags")),
@@ -334,7 +362,7 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 )
 
 
-def _pb_any_value(v: Any, masked_count: list[int] | None = None) -> Any:
+def _pb_any_value(v: Any, tally: Tally | None = None, path: str = "") -> Any:
     """A protobuf ``AnyValue`` → Python value, as ``json_any_value``."""
     kind = v.WhichOneof("value")
     if kind is None:
@@ -348,12 +376,17 @@ def _pb_any_value(v: Any, masked_count: list[int] | None = None) -> Any:
     if kind == "double_value":
         return _finite(v.double_value)
     if kind == "bytes_value":
-        return bytes_value_text(v.bytes_value, masked_count)
+        return bytes_value_text(v.bytes_value, tally)
     if kind == "array_value":
-        return [_pb_any_value(x, masked_count) for x in v.array_value.values]
+        return [_pb_any_value(x, tally, path) for x in v.array_value.values]
     if kind == "kvlist_value":
-        return {kv.key: _pb_any_value(kv.value, masked_count) for kv in v.kvlist_value.values}
+        return _pb_key_values(v.kvlist_value.values, tally, f"{path}.")
     return None
+
+
+def _pb_key_values(items: Any, tally: Tally | None, prefix: str = "") -> dict[str, Any]:
+    """Repeated protobuf ``KeyValue`` → dict, as ``json_key_values``."""
+    return _key_values(((kv.key, kv.value) for kv in items), _pb_any_value, tally, prefix)
 
 
 def _pb_id(raw: bytes, length: int, what: str, warnings: list[str]) -> str | None:
@@ -419,14 +452,14 @@ def check_protobuf_request(req: Any) -> None:
 
 def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
     for i, rl in enumerate(req.resource_logs):
-        in_resource = [0]
-        resource = {kv.key: _pb_any_value(kv.value, in_resource) for kv in rl.resource.attributes}
+        in_resource = Tally()
+        resource = _pb_key_values(rl.resource.attributes, in_resource, "resource.")
         for j, sl in enumerate(rl.scope_logs):
             for k, lr in enumerate(sl.log_records):
                 warnings: list[str] = []
-                masked = [in_resource[0]]
-                body = _pb_any_value(lr.body, masked) if lr.HasField("body") else None
-                attributes = {kv.key: _pb_any_value(kv.value, masked) for kv in lr.attributes}
+                tally = in_resource.copy()
+                body = _pb_any_value(lr.body, tally, "body") if lr.HasField("body") else None
+                attributes = _pb_key_values(lr.attributes, tally)
                 problems = [p for p in (_pan_time_problem("timeUnixNano", lr.time_unix_nano),
                                         _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano)) if p]
                 yield OtlpLogRecord(
@@ -434,7 +467,8 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
                     scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
                     time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=lr.observed_time_unix_nano,
                     severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,
-                    body=body, attributes=attributes, bytes_pans_masked=masked[0],
+                    body=body, attributes=attributes, bytes_pans_masked=tally.pans,
+                    duplicate_keys=tally.duplicates,
                     trace_id=_pb_id(lr.trace_id, 16, "trace_id", warnings),
                     span_id=_pb_id(lr.span_id, 8, "span_id", warnings),
                     flags=lr.flags, event_name=getattr(lr, "event_name", "") or None, warnings=warnings,

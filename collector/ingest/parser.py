@@ -598,6 +598,9 @@ class LineParser:
         return masked
 
     def _otlp_record(self, r: OtlpLogRecord, raw: str, source: str, position: str) -> CanonicalRecord:
+        if r.duplicate_keys:  # as a JSON line's duplicate members (_dup_reason): never one of them kept silently
+            raise Rejected("duplicate-key: OTLP attribute " + ", ".join(repr(k) for k in r.duplicate_keys[:5])
+                           + " appears twice with different values")
         if r.problems:
             raise Rejected(f"bad-timestamp: {r.problems[0]}")
         res = r.resource
