@@ -53,19 +53,18 @@ def test_every_sample_file_reconciles_and_the_ledger_covers_every_row(sessions, 
     assert counts.reconciles and counts.read > 0
     records, quarantined, conflicts = table_counts(sessions)
     assert (records, quarantined, conflicts) == (counts.stored, counts.quarantined, counts.conflicts)
-    # T-000193 is one transaction shipped in 15 files: the lines with the same business content
-    # collapse to one row each. Four contents remain: bare app lines (no pod identity), envelopes
-    # with the pod UID, the classic Fluent Bit parser without pod_id (namespace + name only), and
-    # GELF (millisecond time). The first stored is not a conflict; the others are flagged.
+    # T-000193 is one transaction shipped in 15 files: bare app lines (no pod identity), envelopes
+    # with the pod UID, the classic Fluent Bit parser without pod_id (namespace + name only), GELF
+    # (millisecond time). One event (writer._same_event): the first stored, the rest duplicates,
+    # none a conflict (the application scored it once).
     with sessions() as s:
         rows = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-000193")
                          .order_by(InferenceRecord.id)).scalars().all()
-        t, t_ms = 1_741_083_300_067_462_000, 1_741_083_300_067_000_000
-        assert {(r.pod_uid, r.pod_name, r.event_time_ns) for r in rows} == {
-            (None, None, t), (POD_UID, "fraud-api-7c9d8-x2k4q", t), (None, "fraud-api-7c9d8-x2k4q", t), (None, None, t_ms)}
-        assert [r.conflict for r in rows] == [False, True, True, True]
-        assert all(r.cluster == "prod-eu" for r in rows)
+        t = 1_741_083_300_067_462_000
+        assert [(r.pod_uid, r.pod_name, r.event_time_ns, r.conflict, r.cluster) for r in rows] == [
+            (None, None, t, False, "prod-eu")]
         verdict = ledger.verify(s)
+    assert counts.duplicates >= 14 and counts.conflicts == 0
     assert verdict.ok, verdict.first_break
     assert verdict.entries == records + quarantined
 
@@ -99,6 +98,45 @@ def test_conflicts_within_one_batch(sessions, database_url, tmp_path):
     path.write_text("\n".join([a, b, a, b]) + "\n")
     counts = ingest_paths(sessions, settings_for(database_url), [path])
     assert counts.as_dict() == {"read": 4, "stored": 2, "duplicates": 2, "conflicts": 1, "quarantined": 0, "pan_masked": 0}
+
+
+def test_the_same_line_with_less_pod_identity_is_a_duplicate_not_a_conflict(sessions, database_url, tmp_path):
+    """A tester's finding: a Fluent Bit record re-sent without ``kubernetes.pod_id`` (the filter's API
+    lookup failed), or the bare application line sent by a second path without any envelope, was
+    stored again and flagged ``conflict`` — which tells an auditor the application scored the
+    transaction twice differently. The same event with more or less pod identity is a duplicate;
+    another pod uid, or another decision, is still a conflict (in one batch and across runs)."""
+    full = (DATA / "fluentbit_merge_off.jsonl").read_text().splitlines()[0]
+    doc = json.loads(full)
+    no_uid = dict(doc, kubernetes={k: v for k, v in doc["kubernetes"].items() if k != "pod_id"})
+    bare = doc["log"]
+    other_pod = dict(doc, kubernetes=dict(doc["kubernetes"], pod_id="7d1e2b3c-4a5f-4e6d-8c7b-9a0b1c2d3e4f"))
+    settings = settings_for(database_url)
+
+    def run(*lines):
+        path = tmp_path / "resend.jsonl"
+        path.write_text("".join(line + "\n" for line in lines))
+        return ingest_paths(sessions, settings, [path]).as_dict()
+
+    def stored():
+        with sessions() as s:
+            return [tuple(r) for r in s.execute(select(InferenceRecord.pod_uid, InferenceRecord.conflict)
+                                                 .where(InferenceRecord.transaction_id == "T-000193")
+                                                 .order_by(InferenceRecord.id))]
+
+    assert run(full)["stored"] == 1
+    again = run(json.dumps(no_uid), bare)  # a later run: looked up in the store
+    assert (again["stored"], again["duplicates"], again["conflicts"]) == (0, 2, 0)
+    assert stored() == [(POD_UID, False)]
+    assert run(bare, json.dumps(no_uid), full)["duplicates"] == 3
+    # another pod's uid for the same event: contradictory, stored and flagged
+    assert (run(json.dumps(other_pod))["conflicts"], stored()[-1]) == (1, ("7d1e2b3c-4a5f-4e6d-8c7b-9a0b1c2d3e4f", True))
+
+    # in one batch, first without the uid: the later copies with it are duplicates of the same event
+    line = bare.replace("T-000193", "T-000194")
+    counts = run(line, json.dumps(dict(no_uid, log=line)), json.dumps(dict(doc, log=line)),
+                 line.replace("DECLINE", "APPROVE"))
+    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 2, "duplicates": 2, "conflicts": 1}
 
 
 PANS = ["4111111111111111", "5555555555554444", "378282246310005", "6011111111111117"]
@@ -454,7 +492,9 @@ def test_cli_reads_an_otlp_document_and_json_lines_that_start_with_a_byte_order_
     doc.write_bytes(b"\xef\xbb\xbf" + json.dumps(json.loads((DATA / "otlp_logs.json").read_text()), indent=2).encode())
     lines = tmp_path / "gelf.jsonl"
     lines.write_bytes(b"\xef\xbb\xbf" + (DATA / "gelf.jsonl").read_bytes())
-    expected = {doc: (4, 3), lines: (2, 2)}  # (read, stored): one OTLP record of the sample lacks its id
+    # (read, stored): one OTLP record of the sample lacks its id; GELF's T-000193 is the OTLP
+    # record's event (its millisecond time covers the other's), a duplicate
+    expected = {doc: (4, 3), lines: (2, 1)}
     for path in (doc, lines):
         result = runner.invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
         assert result.exit_code == 0, result.output

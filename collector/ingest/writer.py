@@ -72,6 +72,13 @@ LOOKUP_CHUNK = 1000  # transaction ids per IN (...) query
 INSERT_COLUMNS = PREPARED_COLUMNS + ("received_ns", "run_id", "conflict")
 LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples hashed by ledger.values_leaf (rows without a template)
 _TXN = PREPARED_COLUMNS.index("transaction_id")
+# A scored record's event (what the application logged) and its pod identity (what the shipper
+# added, when it could): ``_same_event``.
+EVENT_COLUMNS = ("event_time_ns", "event_time_precision_ns", "cluster", "model_name", "model_version", "decision",
+                 "latency_ms", "trace_id", "span_id")
+IDENTITY_COLUMNS = ("pod_uid", "pod_namespace", "pod_name", "container_name")
+_EVENT = [PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS]
+_IDENTITY = [PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS]
 _KEY = PREPARED_COLUMNS.index("dedup_key")
 _DECISION = PREPARED_COLUMNS.index("decision")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
@@ -121,20 +128,46 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
     return sqlite_insert_new(session, "inference_records", _SQLITE_INSERT, params, ("id", "dedup_key"))
 
 
-def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-    """The dedup keys already stored among ``txn_ids``, and those of the ids already stored with a
-    decision (a scored record: see ``_write_records``)."""
+Event = tuple[tuple[Any, ...], tuple[Any, ...]]  # (EVENT_COLUMNS values, IDENTITY_COLUMNS values)
+
+
+def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], dict[str, list[Event]]]:
+    """The dedup keys already stored among ``txn_ids``, and for the ids stored with a decision (a
+    scored record: see ``_write_records``) the events stored under them."""
     keys: set[str] = set()
-    scored: set[str] = set()
-    for txn, key, has_decision in _known_rows(session, txn_ids):
+    scored: dict[str, list[Event]] = {}
+    n_event = len(EVENT_COLUMNS)
+    for txn, key, has_decision, *rest in _known_rows(session, txn_ids):
         keys.add(key)
         if has_decision:
-            scored.add(txn)
+            scored.setdefault(txn, []).append((tuple(rest[:n_event]), tuple(rest[n_event:])))
     return keys, scored
 
 
-def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[str, str, bool]]:
-    """``(transaction_id, dedup_key, has a decision)`` of the stored records among ``txn_ids``
+def _event(values: tuple[Any, ...]) -> Event:
+    return tuple(values[i] for i in _EVENT), tuple(values[i] for i in _IDENTITY)
+
+
+def _same_event(event: Event, stored: list[Event]) -> bool:
+    """True when a stored record of the transaction is the same event: event times whose intervals
+    ``[t, t + precision)`` overlap (GELF keeps milliseconds of the line's microseconds), the same
+    values in every other ``EVENT_COLUMNS`` column, and no pod identity column that both give and
+    that differs. A shipper that re-sends a line without the pod uid it gave before (Fluent Bit's
+    ``kubernetes`` filter omits ``pod_id`` when its API lookup fails; docs/shippers.md), or a second
+    shipper that adds no envelope at all, delivers the same transaction again: a duplicate, not a
+    transaction scored twice differently (a ``conflict`` tells an auditor that the application
+    logged two decisions)."""
+    (t, precision, *rest), identity = event
+    end = t + (precision or 1)
+    for (s_t, s_precision, *s_rest), s_identity in stored:
+        if (rest == s_rest and t < s_t + (s_precision or 1) and s_t < end
+                and all(a is None or b is None or a == b for a, b in zip(identity, s_identity))):
+            return True
+    return False
+
+
+def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """``(transaction_id, dedup_key, has a decision, *EVENT_COLUMNS, *IDENTITY_COLUMNS)`` of the stored records among ``txn_ids``
     (PostgreSQL: one ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     conn = session.connection()
     if conn.dialect.name == "sqlite":
@@ -157,19 +190,20 @@ def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[str,
             conn.exec_driver_sql("SELECT set_config('enable_seqscan', %s, true)", (previous,))
         yield from rows
         return
-    stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None)).where(
+    stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None),
+                  *[INFERENCE.c[c] for c in EVENT_COLUMNS + IDENTITY_COLUMNS]).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
     for i in range(0, len(txn_ids), LOOKUP_CHUNK):
         yield from session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])})
 
 
-PG_KNOWN_SQL = ("SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records "
-                "WHERE transaction_id = ANY(%s)")
+_KNOWN_COLUMNS = "transaction_id, dedup_key, decision IS NOT NULL, " + ", ".join(EVENT_COLUMNS + IDENTITY_COLUMNS)
+PG_KNOWN_SQL = f"SELECT {_KNOWN_COLUMNS} FROM inference_records WHERE transaction_id = ANY(%s)"
 
 
 @lru_cache(maxsize=8)
 def _sqlite_known_sql(count: int) -> str:
-    return ("SELECT transaction_id, dedup_key, decision IS NOT NULL FROM inference_records WHERE transaction_id IN ("
+    return (f"SELECT {_KNOWN_COLUMNS} FROM inference_records WHERE transaction_id IN ("
             + ", ".join("?" for _ in range(count)) + ")")
 
 
@@ -221,15 +255,22 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
         if key in existing_keys or key in batch_keys:
             result.duplicates += 1
             continue
-        batch_keys.add(key)
         # A conflict is a transaction scored twice with different content: this record has a
-        # decision and one with a decision is stored (or earlier in the batch) under another key.
-        # Lines without a decision are the transaction's other log events (Spring puts the id in
-        # the MDC of every line of the request): stored, never flagged, and they flag nothing.
+        # decision and one with a decision is stored (or earlier in the batch) under another key,
+        # and is not the same event delivered with more or less pod identity (``_same_event``:
+        # then it is a duplicate). Lines without a decision are the transaction's other log events
+        # (Spring puts the id in the MDC of every line of the request): stored, never flagged, and
+        # they flag nothing.
         conflict = False
         if values[_DECISION] is not None:
-            conflict = txn in scored_txns
-            scored_txns.add(txn)
+            event = _event(values)
+            stored = scored_txns.setdefault(txn, [])
+            if stored and _same_event(event, stored):
+                result.duplicates += 1
+                continue
+            conflict = bool(stored)
+            stored.append(event)
+        batch_keys.add(key)
         fresh[key] = (rec, values + (received_ns, run_id, conflict))
     if not fresh:
         return
