@@ -217,3 +217,43 @@ def test_otlp_attribute_keys_given_twice_with_different_values_are_quarantined()
     assert record.duplicate_keys == ["m.x"]
     [refused] = LineParser(cluster="c").feed_otlp_records([record], "http:r1")
     assert refused.reason == "duplicate-key: OTLP attribute 'm.x' appears twice with different values"
+
+
+def _nested_map(levels: int) -> dict:
+    """An OTLP ``AnyValue`` map nested ``levels`` deep, a string at the bottom."""
+    value: dict = {"stringValue": "bottom"}
+    for i in range(levels):
+        value = {"kvlistValue": {"values": [{"key": f"l{i}", "value": value}]}}
+    return value
+
+
+def test_otlp_json_nesting_is_limited_per_record_not_by_the_requests_own_levels(sessions, database_url, tmp_path):
+    """A tester's finding: the OTLP/JSON encoding spends 4 JSON levels per map level (and 10 on the
+    request), so the 64-level JSON limit refused a whole request — 400, which a collector does not
+    retry, the good records lost — for a map 14 deep, which a JSON line or protobuf carries. The
+    limit now holds per record on its values: a record 14 deep is stored, one deeper than 64 is
+    quarantined alone as nesting-too-deep, JSON line, document and HTTP alike."""
+    from collector.ingest.parser import LineParser
+
+    ok14 = _record("T-N14", attributes=[{"key": "txn_id", "value": {"stringValue": "T-N14"}},
+                                        {"key": "deep", "value": _nested_map(14)}])
+    too_deep = _record("T-N70", attributes=[{"key": "txn_id", "value": {"stringValue": "T-N70"}},
+                                            {"key": "deep", "value": _nested_map(70)}])
+    good = _record("T-GOOD")
+    doc = _request(ok14, too_deep, good)
+    out = LineParser(cluster="c").feed_bytes(json.dumps(doc).encode(), "otel.jsonl", "1")
+    assert [o.record.transaction_id if o.record else o.reason for o in out] == [
+        "T-N14", "nesting-too-deep: OTLP record value nested 71 levels, over the limit of 64", "T-GOOD"]
+
+    r = _client(sessions, database_url).post("/v1/logs", content=json.dumps(doc),
+                                             headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert r.json()["partialSuccess"]["rejectedLogRecords"] in (1, "1")
+    stored, quarantined = _rows(sessions)
+    assert sorted(stored) == ["T-GOOD", "T-N14"]
+    assert [q.reason.split(":")[0] for q in quarantined] == ["nesting-too-deep"]
+
+    path = tmp_path / "otel.json"
+    path.write_text(json.dumps(_request(ok14, good), indent=1).replace("T-", "T-F"))
+    result = CliRunner().invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["stored"] == 2, result.output

@@ -211,7 +211,8 @@ def _otlp_document(stream, max_bytes: int):
     stream of the bytes already read (or ``None`` when nothing was read), so that line-by-line
     ingestion goes on unchanged.
     """
-    from collector.ingest.jsondoc import JsonRejected, decode
+    from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
+    from collector.ingest.otlp import json_depth_limit
 
     head = stream.read(3)
     if head == b"\xef\xbb\xbf":  # a UTF-8 byte order mark before the document
@@ -221,7 +222,7 @@ def _otlp_document(stream, max_bytes: int):
     data = head + stream.read(max_bytes)
     if b"resourceLogs" in data[:4096]:
         try:
-            decoded = decode(data.decode("utf-8"))
+            decoded = decode(data.decode("utf-8"), max_depth=json_depth_limit(DEFAULT_MAX_DEPTH))
             if isinstance(decoded.value, dict) and "resourceLogs" in decoded.value and not decoded.conflicts:
                 return decoded.value
         except (UnicodeDecodeError, JsonRejected):

@@ -42,8 +42,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from collector.ingest.jsonarray import JsonArrayElements, feed_elements
-from collector.ingest.jsondoc import JsonRejected, decode
-from collector.ingest.otlp import OtlpMalformed, export_response, records_from_json, records_from_protobuf
+from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
+from collector.ingest.otlp import OtlpMalformed, export_response, json_depth_limit, records_from_json, records_from_protobuf
 from collector.ingest.pan import mask_text
 from collector.ingest.parser import storable
 from collector.ingest.pipeline import IngestRun
@@ -309,7 +309,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             if as_json:
                 try:
                     text = body.removeprefix(_UTF8_BOM).decode("utf-8")
-                    decoded = decode(text)
+                    decoded = decode(text, max_depth=json_depth_limit(DEFAULT_MAX_DEPTH))
                 except UnicodeDecodeError:
                     raise HttpProblem(400, "OTLP/JSON body is not UTF-8") from None
                 except JsonRejected as exc:

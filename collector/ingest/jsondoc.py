@@ -137,7 +137,8 @@ class Decoder:
         """Drop an answer kept by ``decode(keep=True)``."""
         self._kept = None
 
-    def decode(self, text: str, *, unicode_escapes: bool = True, keep: bool = False) -> Decoded:
+    def decode(self, text: str, *, unicode_escapes: bool = True, keep: bool = False,
+               max_depth: int | None = None) -> Decoded:
         """Decode one JSON text (``unicode_escapes`` False: the caller knows ``text`` holds no ``\\u``,
         which spares a scan of it).
 
@@ -162,24 +163,31 @@ class Decoder:
           which it writes with an exponent (so do floats ≥ 1e16); strings with ``e+`` in them
           only cost the slower path.
 
+        ``max_depth``: this call's nesting limit instead of the decoder's (an OTLP/JSON request:
+        ``otlp.json_depth_limit``).
+
         Raises:
             JsonRejected: ``nesting-too-deep`` (deeper than ``max_depth``) or ``unparseable``
                 (syntax error, with the character offset).
         """
+        limit = self.max_depth if max_depth is None else max_depth
         kept = self._kept
         if kept is not None:
             self._kept = None
-            if kept[1] == unicode_escapes and kept[0] == text:
+            if kept[1] == unicode_escapes and kept[0] == text and limit == self.max_depth:
                 return kept[2]
-        if nesting_depth(text, self.max_depth) > self.max_depth:
-            raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels")
+        if nesting_depth(text, limit) > limit:
+            raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {limit} levels")
         if not unicode_escapes or ("\\u003a" not in text and "\\u003A" not in text):
             try:
                 value = orjson.loads(text)
             except orjson.JSONDecodeError:
                 pass  # the standard decoder gives the verdict (and the error position)
             else:
-                encoded = orjson.dumps(value)
+                try:
+                    encoded = orjson.dumps(value)
+                except orjson.JSONEncodeError:  # nested beyond orjson's 254 levels (an OTLP request's limit is higher)
+                    return self._decode_slow(text)
                 # The text re-encoded byte for byte (compact lines, as most shippers write them):
                 # every member kept (a dropped duplicate would shorten it), every number spelled
                 # in the text as decoded — the colon count and the exponent search are not needed.

@@ -23,6 +23,37 @@ _HEX = re.compile(r"^[0-9a-fA-F]*$")
 OTLP_SNIFF_BYTES = 256  # how far into a line ``looks_like_export_request`` looks for "resourceLogs"
 
 
+# JSON levels above an attribute's ``AnyValue`` object in an ExportLogsServiceRequest (request,
+# resourceLogs, ResourceLogs, scopeLogs, ScopeLogs, logRecords, LogRecord, attributes, KeyValue, AnyValue),
+# and per map level of a value (kvlistValue, values, KeyValue, AnyValue; an array level takes 3).
+_WRAPPER_LEVELS, _LEVELS_PER_MAP = 10, 4
+
+
+def json_depth_limit(max_depth: int) -> int:
+    """The JSON nesting limit of an OTLP/JSON request whose record values may nest ``max_depth``
+    levels (dicts and lists, as a JSON line's may): the encoding spends 10 levels on the request's
+    structure and 4 per map level of a value, so 64 levels of JSON held a map only 13 deep. The
+    record's own limit is checked on its decoded values (``value_depth``): a record too deep is
+    quarantined alone, not the whole request — up to twice the limit; a request nested deeper than
+    that is refused whole (the decoder's guard against nesting attacks)."""
+    return _WRAPPER_LEVELS + _LEVELS_PER_MAP * 2 * max_depth
+
+
+def value_depth(value: Any) -> int:
+    """Nesting depth of a decoded value in dicts and lists (a scalar: 0; ``{"a": [1]}``: 2)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, depth + 1) for x in v)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
 def looks_like_export_request(prefix: bytes) -> bool:
     """True when ``prefix`` (the start of a line) is the start of an OTLP/JSON
     ``ExportLogsServiceRequest``: a JSON object with ``"resourceLogs"`` in its first

@@ -38,7 +38,8 @@ from collector.ingest import envelopes
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
-from collector.ingest.otlp import OtlpLogRecord, OtlpMalformed, looks_like_export_request, records_from_json
+from collector.ingest.otlp import (OTLP_SNIFF_BYTES, OtlpLogRecord, OtlpMalformed, json_depth_limit,
+                                   looks_like_export_request, records_from_json, value_depth)
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
                                   mask_cut_end, mask_cut_start, mask_exponent_numbers, mask_text, may_contain_pan,
                                   number_holds_pan)
@@ -385,7 +386,11 @@ class LineParser:
         special = "\x00" in body or has_unicode_escape(body) is not None
         if not special:
             self._line_without_escapes = line  # the PAN pre-filter need not look for \u in it again
-        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special)
+        # an OTLP/JSON request spends 4 JSON levels per map level of its values (otlp.json_depth_limit)
+        depth = (json_depth_limit(self.max_depth) if self.forced in (None, "otlp")
+                 and looks_like_export_request(body[:OTLP_SNIFF_BYTES].encode("utf-8", "surrogatepass")) else None)
+        decoded = self._decoder.decode(self._maybe_sanitise_text(body) if special else body, unicode_escapes=special,
+                                       max_depth=depth)
         doc = decoded.value
         if not isinstance(doc, dict):
             raise Rejected("unparseable: JSON value is not an object")
@@ -598,6 +603,10 @@ class LineParser:
         return masked
 
     def _otlp_record(self, r: OtlpLogRecord, raw: str, source: str, position: str) -> CanonicalRecord:
+        deepest = max(value_depth(r.body), value_depth(r.attributes), value_depth(r.resource))
+        if deepest > self.max_depth:  # the limit of a JSON line's values, whatever the encoding spent
+            raise Rejected(f"nesting-too-deep: OTLP record value nested {deepest} levels, over the limit of "
+                           f"{self.max_depth}")
         if r.duplicate_keys:  # as a JSON line's duplicate members (_dup_reason): never one of them kept silently
             raise Rejected("duplicate-key: OTLP attribute " + ", ".join(repr(k) for k in r.duplicate_keys[:5])
                            + " appears twice with different values")
