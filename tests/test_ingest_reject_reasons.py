@@ -17,6 +17,7 @@ from collector.ingest.parser import LineParser
     ("[1,2", "unparseable: invalid JSON array (unexpected end of data: line 1 column 5 (char 4))"),
     ('{"txn_id":"T-1","decision":"APPROVE"}{"txn_id":"T-2"}',
      "unparseable: a second JSON value starts at character 37; one JSON object per line (or one JSON array of them)"),
+    ('{"txn_id":"T-1","decision":"APPROVE"} trailing garbage', "unparseable: text after the JSON value at character 38"),
 ])
 def test_a_line_that_is_not_one_json_object_is_quarantined_with_what_it_is(line, reason):
     [outcome] = LineParser().feed_bytes(line.encode(), "app.log", "1")

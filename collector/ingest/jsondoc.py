@@ -207,9 +207,12 @@ class Decoder:
         try:
             value = self._json.decode(text)
         except json.JSONDecodeError as exc:
-            if exc.msg == "Extra data":  # {"a":1}{"b":2}: objects back to back, as some batch writers emit
+            if exc.msg == "Extra data" and text[exc.pos:exc.pos + 1] in ("{", "["):
+                # {"a":1}{"b":2}: objects back to back, as some batch writers emit
                 raise JsonRejected(f"unparseable: a second JSON value starts at character {exc.pos}; one JSON "
                                    "object per line (or one JSON array of them)") from None
+            if exc.msg == "Extra data":  # {"a":1} trailing text: a line two writers interleaved, or a cut one
+                raise JsonRejected(f"unparseable: text after the JSON value at character {exc.pos}") from None
             raise JsonRejected(f"unparseable: invalid JSON at character {exc.pos} ({exc.msg})") from None
         except RecursionError:  # unreachable after the depth check; kept as a guard
             raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels") from None
