@@ -3,13 +3,17 @@ r"""Card-number (PAN) masking: no full primary account number is ever stored (PC
 A PAN candidate is a run of 13-19 decimal digits that passes the Luhn check (ISO/IEC 7812-1
 annex B), written in one of these ways:
 
-- grouped in any way by single separators — space, dash, tab, no-break / narrow / figure / thin
-  space, an invisible format character (soft hyphen, zero-width space / joiners, word joiner, byte
-  order mark), each also as its JSON escape (``4111 1111 1111 1111``, ``3782 822463 10005``,
-  ``4012\t8888\t8888\t1881``, ``4111\u00ad1111…``);
+- grouped in any way by single separators — space, dash, tab, every Unicode space and dash
+  (categories Zs and Pd: no-break, thin, ideographic space U+3000, en dash U+2013, full-width
+  hyphen-minus U+FF0D…), line and paragraph separator, vertical tab, form feed, minus sign U+2212,
+  ``+`` (a space in URL form encoding), an invisible format character (soft hyphen, zero-width
+  space / joiners, word joiner, byte order mark), each also as its JSON escape
+  (``4111 1111 1111 1111``, ``3782 822463 10005``, ``4012\t8888\t8888\t1881``, ``4111\u00ad1111…``,
+  ``4111–1111–1111–1111``, ``pan=4111+1111+1111+1111``), or as URL percent-escapes
+  (``4111%201111%201111%201111``: ``percent_separators_decoded``); not ``:``, ``,``, ``|``;
 - in groups of 3 to 6 digits (how card numbers are printed: 4-4-4-4, 4-6-5, 4-4-4-4-3) separated
   by runs of up to three separator units, a unit being one of the characters above, a newline,
-  CR, slash or underscore, or the JSON escape of one (``\n``, ``\t``, ``\r``, ``\/``,
+  CR, slash or underscore, or the JSON escape of one (``\n``, ``\t``, ``\r``, ``\/``, ``\f``,
   ``\u00a0``…, with any number of backslashes: an application's JSON line inside a shipper's JSON
   string is escaped twice): ``4111  1111  1111  1111``, ``4111\n1111\n1111\n1111``,
   ``4111/1111/1111/1111``, ``4111_1111_1111_1111``. The group sizes keep dates and times in file
@@ -55,20 +59,71 @@ PAN_MAX_DIGITS = 19
 # Separators people and systems put between digit groups; a single one of these allows any
 # grouping. A dot is not among them: it would turn every epoch timestamp with a fraction
 # (1795987769.834784) into a candidate; dotted card numbers are matched only in their 4-digit
-# grouping (_DOTTED).
+# grouping (_DOTTED). Nor are ":", "," and "|": times (10:15:00), CSV rows and pipe-delimited
+# records put them between numbers everywhere in logs, and each would make false candidates of
+# them (a field list "4111,1111,1111,1111" is left as written: a deliberate limit).
 # Invisible format characters (Unicode category Cf: soft hyphen, zero-width space / non-joiner /
 # joiner, directional marks, word joiner and invisible operators, byte order mark) count as
 # separators too: a PAN written 4111<U+00AD>1111<U+00AD>… displays as an unbroken number and was
 # stored whole (newcomer re-check).
 _INVISIBLE_SEPARATORS = "\u00ad\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\u2063\u2064\ufeff"
-_SINGLE_SEPARATORS = " -\t\u00a0\u2007\u2009\u202f" + _INVISIBLE_SEPARATORS
-_SEP = _SINGLE_SEPARATORS.replace("-", "\\-")  # for a character class
+# Every space (Unicode category Zs: no-break, en/em/thin/hair…, ideographic U+3000, ogham U+1680,
+# medium mathematical U+205F), line and paragraph separator (Zl U+2028, Zp U+2029), vertical tab
+# and form feed, every dash (Pd: hyphen U+2010, en dash U+2013, em dash, full-width U+FF0D,
+# small U+FE58/FE63, two- and three-em U+2E3A/2E3B…), U+2212 MINUS SIGN, and "+" (a space in
+# URL form encoding, ``?pan=4111+1111+1111+1111``): ``4111–1111–1111–1111`` and
+# ``4111　1111　1111　1111`` (full-width digits with ideographic spaces, stored as ASCII digits)
+# were stored whole (tester's finding). Generated from ``unicodedata`` at import, so a new Python's
+# Unicode database brings its new spaces and dashes; planes 0-1 only, 13 ms at import (planes 2-3
+# hold CJK ideographs, 4-13 are unassigned, 14 tags and variation selectors, 15-16 private use: no
+# Zs, Zl, Zp or Pd character; a test checks the whole range).
+_SEPARATOR_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Pd"})
+_CATEGORY_SEPARATORS = "".join(ch for ch in map(chr, range(0x20000))
+                               if unicodedata.category(ch) in _SEPARATOR_CATEGORIES)
+_SINGLE_SEPARATORS = "".join(dict.fromkeys(" -\t" + _CATEGORY_SEPARATORS + "\v\f\u2212+" + _INVISIBLE_SEPARATORS))
+_SEP = "".join(re.escape(ch) for ch in _SINGLE_SEPARATORS)  # for a character class
 # Characters that also separate groups, in runs and next to groups of 3-6 digits only.
 _SEP_CHARS = _SEP + "\n\r/_"
-# One separator unit: a character, or its JSON escape with any number of backslashes (short
-# escapes \n \t \r \/, or \uXXXX for space, dash, slash, underscore, tab, LF, CR, the no-break spaces).
-_SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntr/]|u(?:00(?:20|2[dDfF]|5[fF]|0[9aAdD]|[aA]0|[aA][dD])|200[79bBcCdDeEfF]|202[fF]|206[0-4]"
-             r"|[fF][eE][fF][fF])))")
+_SEP_UNIT_CHARS = _SINGLE_SEPARATORS + "\n\r/_"  # the same, as characters
+
+
+def _hex_case(hexes: str) -> str:
+    """A regex for the hex digits ``hexes`` in either case (``2e3a`` → ``2[eE]3[aA]``)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in hexes)
+
+
+def _hex_trie(codes: list[str]) -> str:
+    """A regex matching exactly the 4-hex-digit ``codes`` (lower case), either case, as a trie:
+    the engine tries one branch per hex digit instead of every code in turn."""
+    if codes == [""]:
+        return ""
+    heads: dict[str, list[str]] = {}
+    for code in codes:
+        heads.setdefault(code[:1], []).append(code[1:])
+    branches = [_hex_case(h) + _hex_trie(rest) for h, rest in sorted(heads.items())]
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+
+def _escape_codes(chars: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """The JSON ``\\uXXXX`` escapes of ``chars``: the BMP ones' 4 hex digits, and the UTF-16
+    surrogate pairs (high, low) of the others (JSON writes U+10EAD as ``\\ud803\\udead``)."""
+    bmp, pairs = [], []
+    for ch in chars:
+        code = ord(ch)
+        if code < 0x10000:
+            bmp.append(f"{code:04x}")
+        else:
+            code -= 0x10000
+            pairs.append((f"{0xD800 + (code >> 10):04x}", f"{0xDC00 + (code & 0x3FF):04x}"))
+    return sorted(set(bmp)), sorted(set(pairs))
+
+
+_SEP_ESCAPES, _SEP_ESCAPE_PAIRS = _escape_codes(_SEP_UNIT_CHARS)
+# One separator unit: a character, or its JSON escape with any number of backslashes (an
+# application's line inside a shipper's string is escaped twice): the short escapes \n \t \r \/ \f,
+# or \uXXXX of any separator character above (a surrogate pair beyond the BMP).
+_SEP_UNIT = (rf"(?:[{_SEP_CHARS}]|\\+(?:[ntrf/]|u(?:{_hex_trie(_SEP_ESCAPES)}"
+             + "".join(rf"|{_hex_case(hi)}\\+u{_hex_case(lo)}" for hi, lo in _SEP_ESCAPE_PAIRS) + ")))")
 _SEP_RUN = re.compile(f"{_SEP_UNIT}+")
 # In a run cut off at a text's end or start (``mask_cut_end``, ``mask_cut_start``) a dot
 # separates too: the cut leaves no layout to tell 4111.1111.1111.1 from a decimal, so both are masked.
@@ -111,7 +166,7 @@ HEX_ID_LENGTHS = (64, 40, 32, 24, 16)
 # (every run inside has letters on both sides), or a known identifier length; with a letter.
 _HEX_ID = (r"(?=[0-9]*[A-Fa-f])(?:[A-Fa-f][0-9A-Fa-f]{12,}[A-Fa-f]|"
            + "|".join(f"[0-9A-Fa-f]{{{n}}}" for n in HEX_ID_LENGTHS) + ")")
-_HEX_TOKEN = rf"(?<![\w%{_SEP_CHARS}]){_HEX_ID}(?![\w{_SEP_CHARS}]|\\+[ntr/u])"
+_HEX_TOKEN = rf"(?<![\w%{_SEP_CHARS}]){_HEX_ID}(?![\w{_SEP_CHARS}]|\\+[ntrf/u])"
 # Either one, in one pass. The two never overlap (a hex token holds no dash and is bounded by
 # characters a UUID cannot contain), so this finds the UUIDs ``_UUID.finditer`` finds.
 _UUID_OR_HEX_TOKEN = re.compile(f"(?P<uuid>{_UUID.pattern})|{_HEX_TOKEN}")
@@ -122,9 +177,40 @@ _MAYBE = re.compile(rf"\d(?:{_SEP_UNIT}{{0,{MAX_SEPARATOR_UNITS}}}\d){{12}}")
 _DIGITS_TO_ONES = bytes.maketrans(b"0123456789", b"1111111111")
 _THIRTEEN_ONES = b"1" * 13
 _DOTTED_GROUPS = b"1111.1111.1111"  # what every _DOTTED match looks like after _DIGITS_TO_ONES
-_SEP_BYTES = b" -\t\n\r/_\\" + bytes(sorted({b for ch in _SINGLE_SEPARATORS if not ch.isascii()
-                                                               for b in ch.encode("utf-8")}))
-_SEP_AND_ESCAPE_BYTES = _SEP_BYTES + b"ntr"  # the escapes \n \t \r \/ lose both bytes
+# Every byte of every separator character (``_SEP_UNIT_CHARS``: the UTF-8 bytes of the non-ASCII
+# ones, lead and continuation bytes alike) and the backslash. Deleting a byte only joins digits, so
+# deleting more bytes than a separator's own (a CJK character sharing U+3000's lead byte E3 and
+# continuation bytes) makes a pre-filter say "maybe" more often, never "no PAN" wrongly.
+_SEP_BYTES = bytes(sorted({b for ch in _SEP_UNIT_CHARS + "\\" for b in ch.encode("utf-8")}))
+# The escapes \n \t \r \/ lose both bytes (their letters are deleted wherever they are). A
+# \uXXXX escape of a separator is no concern of these tables: each pre-filter answers "maybe" for
+# a text with ``\u`` in it before it looks at them.
+_SEP_AND_ESCAPE_BYTES = _SEP_BYTES + b"ntr"
+# The escape \f (a form feed) is a separator unit too; its letter cannot go wherever it is, as n, t
+# and r do (hex ids are full of f's next to digits): the pairs are deleted, in a text that has one
+# (``_form_feed_run``). Its search is the regex engine's (0.55 µs on a 1.5 kB Fluent Bit line,
+# whose 69 backslashes make ``in`` take 1.5 µs), and only where the other bytes give no run.
+_FORM_FEED_ESCAPE = re.compile(rb"\\f")
+
+
+def _form_feed_run(data: bytes) -> bool:
+    """Whether ``data`` (a text's UTF-8 bytes, with a backslash) has 13 ASCII digits in a row once
+    its form-feed escapes ``\\f`` are deleted too (as well as every separator byte and the
+    letters n, t, r: ``_SEP_AND_ESCAPE_BYTES``); for a text in which that deletion without the
+    \\f pairs found none. A backslash followed by ``f`` after an escaped backslash (``C:\\\\fx``)
+    goes too: deleting more only joins digits more (conservative)."""
+    return (_FORM_FEED_ESCAPE.search(data) is not None
+            and _THIRTEEN_ONES in data.replace(b"\\f", b"").translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES))
+
+
+def _ascii_digit_run(data: bytes, ones: bytes | None = None) -> bool:
+    """13 ASCII digits in a row in ``data`` (a text's UTF-8 bytes, no ``\\u`` in it) once every
+    separator byte (``_SEP_BYTES``), the letters n, t, r (escapes \\n \\t \\r) and every form-feed
+    escape ``\\f`` are deleted. ``ones``: ``data`` translated so (``_DIGITS_TO_ONES``,
+    ``_SEP_AND_ESCAPE_BYTES`` deleted), if the caller has it."""
+    if ones is None:
+        ones = data.translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES)
+    return _THIRTEEN_ONES in ones or (b"\\" in data and _form_feed_run(data))
 
 
 # ``has_unicode_escape(text)``: whether ``text`` holds ``\\u``, as ``"\\u" in text`` says; the regex
@@ -152,6 +238,9 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escape
     if last[0] == text and last[1] == unicode_escapes:
         return last[2]
     verdict = _may_contain_pan(text)
+    if not verdict and "%" in text:  # a field's copy with URL separator escapes decoded (``mask_text``)
+        decoded = percent_separators_decoded(text)
+        verdict = decoded is not text and _may_contain_pan(decoded)
     _LAST_VERDICT = (text, unicode_escapes, verdict)
     return verdict
 
@@ -166,7 +255,8 @@ def _may_contain_pan(text: str) -> bool:
         return True
     data = text.encode("utf-8", "surrogatepass")
     # Digits become "1" and every separator byte goes, in one C pass (``_has_digit_run``).
-    ones = data.translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES if b"\\" in data else _SEP_BYTES)
+    escapes = b"\\" in data
+    ones = data.translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES if escapes else _SEP_BYTES)
     # _DOTTED needs three dotted 4-digit groups: deleting separators keeps them (digits and dots stay).
     if _DOTTED_GROUPS in ones and _DOTTED.search(text):
         return True
@@ -174,7 +264,7 @@ def _may_contain_pan(text: str) -> bool:
     # once the other separators are deleted; the exact test (Luhn included) when its shape is there.
     if b"1111." in ones and _mask_mixed_dotted(text)[1]:
         return True
-    if _THIRTEEN_ONES not in ones:
+    if _THIRTEEN_ONES not in ones and not (escapes and _form_feed_run(data)):  # \f escapes separate too
         return False
     # Second look without the identifiers that make most false alarms, pod UIDs and hex ids
     # (container, trace ids): ``mask_text`` looks only at the part of a run outside a UUID, and
@@ -208,6 +298,7 @@ def _run_outside_identifiers(text: str) -> bool:
     """
     delete = _SEP_AND_ESCAPE_BYTES if "\\" in text else _SEP_BYTES  # as _has_digit_run decides for the whole text
     size = len(text)
+    # No \f escape here (the caller has answered True for one: ``_HEX_LETTER_ESCAPE``).
     for start, end in _ascii_windows(text):
         if _THIRTEEN_ONES not in text[start:end].encode("ascii").translate(_DIGITS_TO_ONES, delete):
             continue
@@ -235,7 +326,8 @@ def _has_digit_run(ones: bytes) -> bool:
     # Deleting the bytes of every separator (also the UTF-8 bytes of the no-break spaces, and
     # every backslash) only makes this test more permissive, never less. With a backslash in the
     # text, the letters of the escapes \n \t \r go too, wherever they are (one C pass instead of a
-    # replace per escape; digits that only those letters separate are rare).
+    # replace per escape; digits that only those letters separate are rare). A \f escape needs no
+    # look: ``_may_contain_pan`` has answered True for a text holding one (``_HEX_LETTER_ESCAPE``).
     if b"\\" in ones:
         return _THIRTEEN_ONES in ones.translate(None, _SEP_AND_ESCAPE_BYTES)
     return _THIRTEEN_ONES in ones.translate(None, _SEP_BYTES)
@@ -311,18 +403,26 @@ def _is_pan_with_expiry(run: str) -> bool:
     return (_is_expiry_yymm(expiry) or "01" <= expiry[:2] <= "12") and luhn_ok(run[:-4])
 
 
-_ESCAPED_SEPARATOR = re.compile(r"\\+(?:u([0-9a-fA-F]{4})|t)")
+_ESCAPED_SEPARATOR = re.compile(r"\\+(?:u([0-9a-fA-F]{4})(?:\\+u([0-9a-fA-F]{4}))?|[tf])")
 
 
 def _single_separator(sep: str) -> bool:
     """Whether ``sep`` (a separator run of ``_mask_run``) is one single separator, written as itself
-    or as its JSON escape with any number of backslashes (``\\u0020``, ``\\u00ad``, ``\\t``): a
+    or as its JSON escape with any number of backslashes (``\\u0020``, ``\\u00ad``, ``\\t``, ``\\f``,
+    a surrogate pair ``\\ud803\\udead``): a
     raw line spells the same PAN as the value it decodes to, so both must be found (its hash is
     stored: a PAN grouped 4-12 around an escaped space was hashed in clear)."""
     if len(sep) == 1:
         return sep in _SINGLE_SEPARATORS
     m = _ESCAPED_SEPARATOR.fullmatch(sep)
-    return m is not None and (m.group(1) is None or chr(int(m.group(1), 16)) in _SINGLE_SEPARATORS)
+    if m is None:
+        return False
+    if m.group(1) is None:
+        return True
+    code = int(m.group(1), 16)
+    if m.group(2) is not None:  # a surrogate pair
+        code = 0x10000 + ((code - 0xD800) << 10) + (int(m.group(2), 16) - 0xDC00)
+    return 0 <= code <= 0x10FFFF and chr(code) in _SINGLE_SEPARATORS
 
 
 def _is_pan(groups: list[str], single: list[bool]) -> bool:
@@ -667,7 +767,9 @@ def _last_group_start(text: str, start: int, end: int) -> int:
 def _clean_ascii(text: str) -> bool:
     """True when ``_mask_text`` provably leaves the ASCII ``text`` as it is and ``mask_text`` does
     not look at it again: fewer than 13 characters, or no ``\\u`` escape, no 13 digits in a row
-    once every separator byte and escape letter is deleted, and no three dotted 4-digit groups.
+    once every separator byte, escape letter and ``\\f`` escape is deleted (``_ascii_digit_run``),
+    no three dotted 4-digit groups, and the same of its copy with URL separator escapes decoded
+    (``percent_separators_decoded``: ``mask_text`` masks that copy too).
 
     One C pass instead of ``_mask_text``'s steps (a masker calls this for every field of a line
     that may hold a PAN; nearly all are clean). The same verdict, by each of its ways to mask:
@@ -680,10 +782,15 @@ def _clean_ascii(text: str) -> bool:
         return True
     if "\\u" in text:
         return False
-    ones = text.encode("ascii").translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES)
-    if b"1111." in ones and _dot_after_group(text.encode("ascii")):  # a card layout with a dot may be there
+    if "%" in text:  # mask_text masks the copy with separator escapes decoded too
+        decoded = percent_separators_decoded(text)
+        if decoded is not text and not (decoded.isascii() and _clean_ascii(decoded)):
+            return False
+    data = text.encode("ascii")
+    ones = data.translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES)
+    if b"1111." in ones and _dot_after_group(data):  # a card layout with a dot may be there
         return False
-    return _THIRTEEN_ONES not in ones and _DOTTED_GROUPS not in ones
+    return _DOTTED_GROUPS not in ones and not _ascii_digit_run(data, ones)
 
 
 def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
@@ -706,15 +813,53 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     if text.isascii() and _clean_ascii(text):
         return text, 0
     masked, count = _mask_text(text, keep_otlp_times, windowed=len(text) >= WINDOWED_FROM_CHARS)
-    if ("\\u" not in masked) if len(masked) < WINDOWED_FROM_CHARS else (has_unicode_escape(masked) is None):
-        return masked, count
-    # Second pass over the digits written as escapes: the first has masked the PANs written
-    # plainly (an escaped digit next to one must not hide it by making the run longer).
-    unescaped = unescape_digits(masked)
-    if unescaped is masked:
-        return masked, count
-    again, more = _mask_text(unescaped, keep_otlp_times, windowed=len(unescaped) >= WINDOWED_FROM_CHARS)
-    return (again, count + more) if more else (masked, count)
+    if not (("\\u" not in masked) if len(masked) < WINDOWED_FROM_CHARS else (has_unicode_escape(masked) is None)):
+        # Second pass over the digits written as escapes: the first has masked the PANs written
+        # plainly (an escaped digit next to one must not hide it by making the run longer).
+        unescaped = unescape_digits(masked)
+        if unescaped is not masked:
+            again, more = _mask_text(unescaped, keep_otlp_times, windowed=len(unescaped) >= WINDOWED_FROM_CHARS)
+            if more:
+                masked, count = again, count + more
+    if "%" in masked:  # separators written as URL percent-escapes (``percent_separators_decoded``)
+        decoded = percent_separators_decoded(masked)
+        if decoded is not masked:
+            again, more = _mask_text(decoded, keep_otlp_times, windowed=len(decoded) >= WINDOWED_FROM_CHARS)
+            if more:
+                return again, count + more
+    return masked, count
+
+
+# A run of URL percent-escapes (RFC 3986 2.1): ``%20``, ``%2D``, ``%E2%80%93`` (an en dash in UTF-8).
+_PERCENT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _percent_separators(match: re.Match[str]) -> str:
+    """A ``_PERCENT_RUN`` match decoded when it is UTF-8 for separator characters only, else as it is."""
+    try:
+        decoded = bytes.fromhex(match.group().replace("%", "")).decode("utf-8")
+    except UnicodeDecodeError:
+        return match.group()
+    return decoded if all(ch in _SEP_UNIT_CHARS for ch in decoded) else match.group()
+
+
+def percent_separators_decoded(text: str) -> str:
+    """``text`` with every run of URL percent-escapes that decodes (UTF-8) to separator characters
+    only (``_SEP_UNIT_CHARS``) written as those characters: ``pan=4111%201111%201111%201111`` →
+    ``pan=4111 1111 1111 1111``, also ``%2D``, ``%09``, ``%2B``, ``%E2%80%93``; the same object
+    when there is none. Other escapes stay (``%3D``, ``%25``: a double-encoded ``%2520`` is left).
+
+    Why a decoded copy and not ``%20`` as a separator unit: an escape's hex digits are decimal
+    digits, so a run next to one would take them in (``q=%204111111111111111``: 18 digits, no PAN
+    by Luhn — the card number was kept whole), and every digit-run rule would need an exception.
+    ``mask_text`` masks this copy after the text itself; when it finds a PAN there, the text returned
+    has those escapes decoded (as ``unescape_digits`` does for escaped digits). The ends of a cut text
+    (``mask_cut_end``, ``mask_cut_start``) do not read percent-escapes.
+    """
+    if "%" not in text:
+        return text
+    out = _PERCENT_RUN.sub(_percent_separators, text)
+    return text if out == text else out
 
 
 # A JSON \uXXXX escape, with any number of backslashes (an application's line escaped again in a
@@ -785,7 +930,7 @@ def _maybe_run(text: str, start: int, end: int) -> bool:
     letter is deleted (every ``_SEP_UNIT`` there is made of those bytes: ``_has_digit_run``)."""
     part = text[start:end]
     if part.isascii() and "\\u" not in part:
-        if _THIRTEEN_ONES not in part.encode("ascii").translate(_DIGITS_TO_ONES, _SEP_AND_ESCAPE_BYTES):
+        if not _ascii_digit_run(part.encode("ascii")):
             return False
     return _MAYBE.search(text, start, end) is not None
 
