@@ -132,8 +132,7 @@ def test_a_malformed_otlp_file_is_quarantined_and_counted(sessions, engine, data
     assert any('"scopeLogs":"x"' in q.raw_text for q in quarantined)
 
 
-@pytest.mark.parametrize("field, value", [("timeUnixNano", "abc"), ("timeUnixNano", -5), ("timeUnixNano", 1.5e18),
-                                          ("observedTimeUnixNano", "2026-11-30T08:46:18Z")])
+@pytest.mark.parametrize("field, value", [("timeUnixNano", "abc"), ("timeUnixNano", -5), ("timeUnixNano", 1.5e18)])
 def test_an_unreadable_otlp_time_is_a_bad_timestamp_not_a_missing_one(field, value):
     from collector.ingest.parser import LineParser
 
@@ -141,6 +140,22 @@ def test_an_unreadable_otlp_time_is_a_bad_timestamp_not_a_missing_one(field, val
     assert out.reason == f"bad-timestamp: OTLP {field} {value!r} is not a whole number of nanoseconds since the epoch"
     (ok,) = LineParser().feed_otlp_records(records_from_json(_request(_record("T-T", timeUnixNano=int(TIME)))), "http:x")
     assert ok.record is not None and ok.record.event_time_ns == int(TIME)
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("2026-11-30T08:46:18Z", "OTLP observedTimeUnixNano '2026-11-30T08:46:18Z' is not a whole number of nanoseconds since the epoch"),
+    ("4111111111111111", "OTLP observedTimeUnixNano: its digits read as a card number (PAN), not a time")])
+def test_an_unreadable_observed_time_is_dropped_with_a_warning_not_the_record(value, problem):
+    """The observed time is the collector's receive time, not the event's: unreadable (or a card
+    number), it is dropped with a warning and the record stored; the raw view keeps no card number."""
+    from collector.ingest.parser import LineParser
+
+    parser = LineParser()
+    (out,) = parser.feed_otlp_records(records_from_json(_request(_record("T-O", observedTimeUnixNano=value))), "http:x")
+    assert out.record is not None and out.record.event_time_ns == int(TIME)
+    assert out.record.attributes["draudit.warnings"] == [f"{problem}; dropped"]
+    assert "envelope.observed_time_ns" not in out.record.attributes
+    assert "4111111111111111" not in json.dumps(out.record.attributes)
 
 
 def _surrogate_request() -> str:

@@ -348,6 +348,16 @@ def _pan_time_problem(name: str, value: Any) -> str | None:
     return None
 
 
+def _observed_time(value: int, problem: str | None, warnings: list[str]) -> int:
+    """``observedTimeUnixNano`` as kept: 0 (unknown), with a warning, when it cannot be read or its
+    digits read as a card number. It is the collector's receive time, never the event time, so an
+    unreadable one is dropped rather than the record refused (as an unreadable ``timeUnixNano`` is)."""
+    if problem is None:
+        return value
+    warnings.append(f"{problem}; dropped")
+    return 0
+
+
 def records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
     """Every LogRecord of an OTLP/JSON ``ExportLogsServiceRequest`` (already decoded JSON).
 
@@ -371,7 +381,9 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 lr = _dict(lr)
                 warnings: list[str] = []
                 sev = lr.get("severityNumber")
-                problems = [p for p in (_time_problem(lr, "timeUnixNano"), _time_problem(lr, "observedTimeUnixNano")) if p]
+                problems = [p for p in (_time_problem(lr, "timeUnixNano"),) if p]
+                observed = _observed_time(_int(lr.get("observedTimeUnixNano")),
+                                          _time_problem(lr, "observedTimeUnixNano"), warnings)
                 tally = in_resource.copy()  # every record carries its resource's values
                 body = json_any_value(lr.get("body"), tally, "body") if "body" in lr else None
                 attributes = json_key_values(lr.get("attributes"), tally)
@@ -380,7 +392,7 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                     scope_name=scope.get("name") if isinstance(scope.get("name"), str) else None,
                     scope_version=scope.get("version") if isinstance(scope.get("version"), str) else None,
                     time_unix_nano=_int(lr.get("timeUnixNano")),
-                    observed_time_unix_nano=_int(lr.get("observedTimeUnixNano")),
+                    observed_time_unix_nano=observed,
                     severity_number=sev if isinstance(sev, int) and not isinstance(sev, bool) else 0,
                     severity_text=lr.get("severityText") if isinstance(lr.get("severityText"), str) else None,
                     body=body, attributes=attributes, bytes_pans_masked=tally.pans,
@@ -491,12 +503,13 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
                 tally = in_resource.copy()
                 body = _pb_any_value(lr.body, tally, "body") if lr.HasField("body") else None
                 attributes = _pb_key_values(lr.attributes, tally)
-                problems = [p for p in (_pan_time_problem("timeUnixNano", lr.time_unix_nano),
-                                        _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano)) if p]
+                problems = [p for p in (_pan_time_problem("timeUnixNano", lr.time_unix_nano),) if p]
+                observed = _observed_time(lr.observed_time_unix_nano,
+                                          _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano), warnings)
                 yield OtlpLogRecord(
                     position=f"rl{i}.sl{j}.lr{k}", resource=resource, problems=problems,
                     scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
-                    time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=lr.observed_time_unix_nano,
+                    time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=observed,
                     severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,
                     body=body, attributes=attributes, bytes_pans_masked=tally.pans,
                     duplicate_keys=tally.duplicates,
