@@ -1808,4 +1808,30 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
                                        t_ns=t, exclude_pod_uid=lin.pod_uid)
     elif lin is rec:
         doc["co_tenants"] = _tenant_documents(tenants, lin.pod_uid)
+    if lin.reason == "pod-identity-conflict":
+        doc["identity_conflict"] = identity_conflict(session, cluster, rec.id, t)
     return doc
+
+
+def identity_conflict(session: Session, cluster: str, record_id: int, t_ns: int) -> list[dict[str, Any]]:
+    """Why record ``record_id`` is ``pod-identity-conflict`` (module docstring, step 2): each field
+    in which it contradicts the history at ``t_ns``, as ``{"field", "record", "observed"}`` —
+    ``namespace``/``name``/``node`` against the state of the pod its uid names, or, for a uid the
+    watcher never observed, ``uid`` against the pod(s) its namespace and name were then.
+
+    Returns:
+        The contradictions, in that field order (empty if the history no longer shows one).
+    """
+    rec = session.execute(select(R.c.pod_uid, R.c.pod_namespace, R.c.pod_name, R.c.node_name)
+                          .where(R.c.id == record_id)).one()
+    state = session.execute(select(PS.c.namespace, PS.c.name, PS.c.node_name).where(
+        PS.c.cluster == cluster, PS.c.pod_uid == rec.pod_uid, _valid_at(PS, t_ns))).first()
+    if state is not None:
+        pairs = (("namespace", rec.pod_namespace, state.namespace), ("name", rec.pod_name, state.name),
+                 ("node", rec.node_name, state.node_name))
+        return [{"field": f, "record": mine, "observed": seen} for f, mine, seen in pairs
+                if mine is not None and seen is not None and mine != seen]
+    named = session.execute(select(PS.c.pod_uid).where(
+        PS.c.cluster == cluster, PS.c.namespace == rec.pod_namespace, PS.c.name == rec.pod_name,
+        _valid_at(PS, t_ns)).order_by(PS.c.pod_uid)).scalars().all()
+    return [{"field": "uid", "record": rec.pod_uid, "observed": uid} for uid in named]

@@ -554,7 +554,7 @@ def test_out_of_range_tolerances_are_one_line_errors(sessions, database_url, val
             attribute_run(session, settle_s=float("inf"))
 
 
-def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist):
+def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist, capsys):
     """Newcomer repro: a Fluent Bit line of kyc-docs/document-classifier-…-56b5z on gpu-node-c carrying the
     uid of risk-inference/…-s2rld was `exact` to the risk-inference claim. Namespace, name and node (each
     when the record has it) must agree with the uid's pod state at t, else pod-identity-conflict."""
@@ -597,3 +597,17 @@ def test_a_record_whose_pod_identity_contradicts_its_uid_is_not_exact(hist):
     [doc] = trace(h.s, ["txn-foreign"], cluster=CLUSTER)  # the record's own identity, not the uid's pod
     assert (doc["status"], doc["reason"], doc["pod"]["namespace"], doc["pod"]["name"]) == \
         ("unattributed", "pod-identity-conflict", "kyc-docs", "document-classifier-5d8f7-56b5z")
+    # and which of its fields contradict the uid's pod at that time (or, for an unknown uid, whose pod the name was)
+    assert doc["identity_conflict"] == [
+        {"field": "namespace", "record": "kyc-docs", "observed": NS},
+        {"field": "name", "record": "document-classifier-5d8f7-56b5z", "observed": "fraud-scorer-7c9d4-s2rld"},
+        {"field": "node", "record": "gpu-node-c", "observed": "gpu-node-a"}]
+    [doc] = trace(h.s, ["txn-wrong-node"], cluster=CLUSTER)
+    assert doc["identity_conflict"] == [{"field": "node", "record": "gpu-node-c", "observed": "gpu-node-a"}]
+    [doc] = trace(h.s, ["txn-unknown-uid"], cluster=CLUSTER)
+    assert doc["identity_conflict"] == [{"field": "uid", "record": unknown, "observed": risk}]
+    from collector.cli.lineage import _print_trace
+
+    [doc] = trace(h.s, ["txn-wrong-node"], cluster=CLUSTER)
+    _print_trace(doc)  # draudit trace's table
+    assert "conflict      the record's node 'gpu-node-c', observed 'gpu-node-a' at that time" in capsys.readouterr().out

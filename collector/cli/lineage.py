@@ -147,6 +147,9 @@ def _print_trace(doc: dict) -> None:
         click.echo(f"{label:<13} {value if value is not None else '-'}")
     if doc["reason"] in _PENDING_NOTES:
         click.echo(f"{'note':<13} {_PENDING_NOTES[doc['reason']]}")
+    for i, c in enumerate(doc.get("identity_conflict") or []):
+        click.echo(f"{'conflict' if i == 0 else '':<13} the record's {c['field']} {c['record']!r}, "
+                   f"observed {c['observed']!r} at that time")
     if doc["physical_gpu_uuid"]:
         if doc["co_tenants"]:
             for i, t in enumerate(doc["co_tenants"]):
