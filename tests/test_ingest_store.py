@@ -55,14 +55,15 @@ def test_every_sample_file_reconciles_and_the_ledger_covers_every_row(sessions, 
     assert (records, quarantined, conflicts) == (counts.stored, counts.quarantined, counts.conflicts)
     # T-000193 is one transaction shipped in 15 files: bare app lines (no pod identity), envelopes
     # with the pod UID, the classic Fluent Bit parser without pod_id (namespace + name only), GELF
-    # (millisecond time). One event (writer._same_event): the first stored, the rest duplicates,
-    # none a conflict (the application scored it once).
+    # (millisecond time). One event (writer._scored_again): the bare line, read first, is stored;
+    # the first envelope with the pod identity it lacks is stored too (attribution needs it); every
+    # other copy adds nothing and is a duplicate; none is a conflict (the application scored it once).
     with sessions() as s:
         rows = s.execute(select(InferenceRecord).where(InferenceRecord.transaction_id == "T-000193")
                          .order_by(InferenceRecord.id)).scalars().all()
         t = 1_741_083_300_067_462_000
         assert [(r.pod_uid, r.pod_name, r.event_time_ns, r.conflict, r.cluster) for r in rows] == [
-            (None, None, t, False, "prod-eu")]
+            (None, None, t, False, "prod-eu"), (POD_UID, "fraud-api-7c9d8-x2k4q", t, False, "prod-eu")]
         verdict = ledger.verify(s)
     assert counts.duplicates >= 14 and counts.conflicts == 0
     assert verdict.ok, verdict.first_break
@@ -132,11 +133,20 @@ def test_the_same_line_with_less_pod_identity_is_a_duplicate_not_a_conflict(sess
     # another pod's uid for the same event: contradictory, stored and flagged
     assert (run(json.dumps(other_pod))["conflicts"], stored()[-1]) == (1, ("7d1e2b3c-4a5f-4e6d-8c7b-9a0b1c2d3e4f", True))
 
-    # in one batch, first without the uid: the later copies with it are duplicates of the same event
+    # in one batch, the bare line first: each later copy that adds pod identity is stored (the
+    # attribution needs it; the stored row cannot be edited), none flagged; a copy adding nothing
+    # is a duplicate; another decision is a conflict
     line = bare.replace("T-000193", "T-000194")
-    counts = run(line, json.dumps(dict(no_uid, log=line)), json.dumps(dict(doc, log=line)),
+    counts = run(line, json.dumps(dict(no_uid, log=line)), json.dumps(dict(doc, log=line)), line,
                  line.replace("DECLINE", "APPROVE"))
-    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 2, "duplicates": 2, "conflicts": 1}
+    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 4, "duplicates": 1, "conflicts": 1}
+
+    # a tester's finding: with the bare line first, another pod's uid was swallowed as a duplicate
+    # (the bare copy matched any uid); it is a conflict in either order
+    for n, order in enumerate(((bare, full, json.dumps(other_pod)), (json.dumps(other_pod), full, bare))):
+        lines = [x.replace("T-000193", f"T-00030{n}") for x in order]
+        counts = run(*lines)
+        assert (counts["conflicts"], counts["stored"] + counts["duplicates"]) == (1, 3), (n, counts)
 
 
 PANS = ["4111111111111111", "5555555555554444", "378282246310005", "6011111111111117"]

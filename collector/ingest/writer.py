@@ -73,10 +73,10 @@ INSERT_COLUMNS = PREPARED_COLUMNS + ("received_ns", "run_id", "conflict")
 LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples hashed by ledger.values_leaf (rows without a template)
 _TXN = PREPARED_COLUMNS.index("transaction_id")
 # A scored record's event (what the application logged) and its pod identity (what the shipper
-# added, when it could): ``_same_event``.
+# added, when it could): ``_scored_again``.
 EVENT_COLUMNS = ("event_time_ns", "event_time_precision_ns", "cluster", "model_name", "model_version", "decision",
                  "latency_ms", "trace_id", "span_id")
-IDENTITY_COLUMNS = ("pod_uid", "pod_namespace", "pod_name", "container_name")
+IDENTITY_COLUMNS = ("pod_uid", "pod_namespace", "pod_name", "container_name", "node_name")
 _EVENT = [PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS]
 _IDENTITY = [PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS]
 _KEY = PREPARED_COLUMNS.index("dedup_key")
@@ -148,22 +148,36 @@ def _event(values: tuple[Any, ...]) -> Event:
     return tuple(values[i] for i in _EVENT), tuple(values[i] for i in _IDENTITY)
 
 
-def _same_event(event: Event, stored: list[Event]) -> bool:
-    """True when a stored record of the transaction is the same event: event times whose intervals
-    ``[t, t + precision)`` overlap (GELF keeps milliseconds of the line's microseconds), the same
-    values in every other ``EVENT_COLUMNS`` column, and no pod identity column that both give and
-    that differs. A shipper that re-sends a line without the pod uid it gave before (Fluent Bit's
-    ``kubernetes`` filter omits ``pod_id`` when its API lookup fails; docs/shippers.md), or a second
-    shipper that adds no envelope at all, delivers the same transaction again: a duplicate, not a
-    transaction scored twice differently (a ``conflict`` tells an auditor that the application
-    logged two decisions)."""
-    (t, precision, *rest), identity = event
-    end = t + (precision or 1)
-    for (s_t, s_precision, *s_rest), s_identity in stored:
-        if (rest == s_rest and t < s_t + (s_precision or 1) and s_t < end
-                and all(a is None or b is None or a == b for a, b in zip(identity, s_identity))):
-            return True
-    return False
+def _same_values(event: Event, other: Event) -> bool:
+    """The same application event: event times whose intervals ``[t, t + precision)`` overlap
+    (GELF keeps the milliseconds of the line's microseconds) and the same values in every other
+    ``EVENT_COLUMNS`` column."""
+    (t, precision, *rest), _ = event
+    (o_t, o_precision, *o_rest), _ = other
+    return rest == o_rest and t < o_t + (o_precision or 1) and o_t < t + (precision or 1)
+
+
+def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
+    """``(duplicate, conflict)`` for a record with a decision whose transaction already has the
+    scored records ``stored`` (under other dedup keys).
+
+    A duplicate: the same event as a stored one (``_same_values``) that adds no pod identity to it
+    (each of ``IDENTITY_COLUMNS`` it gives, the stored one gives alike). A shipper that re-sends a
+    line without the pod uid it gave before (Fluent Bit's ``kubernetes`` filter omits ``pod_id``
+    when its API lookup fails; docs/shippers.md), or a second shipper that adds no envelope at all,
+    delivers the same transaction again. The same event *with* identity a stored copy lacked (the
+    bare line came first) is stored — it is what attribution needs, and the ledger forbids editing
+    the stored row — and is no conflict unless it contradicts a stored record. A conflict: some stored
+    record is another event (another decision, time, model…) or gives another value of an identity
+    column (another pod uid, node): a transaction scored twice differently, which an auditor must see,
+    whatever order the copies came in."""
+    _, identity = event
+    duplicate = any(_same_values(event, s) and all(a is None or a == b for a, b in zip(identity, s[1]))
+                    for s in stored)
+    conflict = any(not _same_values(event, s) or any(a is not None and b is not None and a != b
+                                                     for a, b in zip(identity, s[1]))
+                   for s in stored)
+    return duplicate, conflict
 
 
 def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
@@ -256,19 +270,20 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
             result.duplicates += 1
             continue
         # A conflict is a transaction scored twice with different content: this record has a
-        # decision and one with a decision is stored (or earlier in the batch) under another key,
-        # and is not the same event delivered with more or less pod identity (``_same_event``:
-        # then it is a duplicate). Lines without a decision are the transaction's other log events
+        # decision and one with a decision is stored (or earlier in the batch) under another key
+        # that is another event or another pod (``_scored_again``; the same event with no more pod
+        # identity is a duplicate). Lines without a decision are the transaction's other log events
         # (Spring puts the id in the MDC of every line of the request): stored, never flagged, and
         # they flag nothing.
         conflict = False
         if values[_DECISION] is not None:
             event = _event(values)
             stored = scored_txns.setdefault(txn, [])
-            if stored and _same_event(event, stored):
-                result.duplicates += 1
-                continue
-            conflict = bool(stored)
+            if stored:
+                duplicate, conflict = _scored_again(event, stored)
+                if duplicate:
+                    result.duplicates += 1
+                    continue
             stored.append(event)
         batch_keys.add(key)
         fresh[key] = (rec, values + (received_ns, run_id, conflict))
