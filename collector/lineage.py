@@ -1498,6 +1498,16 @@ def _compare(session: Session) -> LineageAudit:
 # --------------------------------------------------------------------------------------------
 
 
+def _owner_running(ae: Any, cc: Any, cluster: ColumnElement, t: ColumnElement) -> ColumnElement[bool]:
+    """The consumer ``cc`` owns ``ae``'s claim (template claim) and its pod has a state valid at
+    ``t``: attribution counts such a pod's episode whatever the time its reservation was observed
+    (step 4, for a record of that pod, which runs then), so ``co_tenants`` counts it too — not
+    after the pod is gone while its claim is still allocated (deallocation lags)."""
+    ps = PS.alias("ps_owner")
+    return and_(ae.c.owner_pod_uid == cc.c.consumer_uid,
+                exists().where(ps.c.cluster == cluster, ps.c.pod_uid == cc.c.consumer_uid, _valid_at(ps, t)))
+
+
 def _co_tenants_stmt() -> Select:
     """Bound parameters ``cluster``, ``gpu``, ``t``; see ``co_tenants``. Built once: a trace runs it per id."""
     t = bindparam("t", type_=BigInteger)
@@ -1507,8 +1517,8 @@ def _co_tenants_stmt() -> Select:
             DS.join(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
                              AR.c.admin_access == False))  # noqa: E712
             .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t)))
-            # as attribution counts them (step 4): reserved at t, or the claim's owner pod
-            .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_valid_at(CC, t), AE.c.owner_pod_uid == CC.c.consumer_uid)))
+            # as attribution counts them (step 4): reserved at t, or the claim's owner pod while it runs
+            .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_valid_at(CC, t), _owner_running(AE, CC, DS.c.cluster, t))))
         )
         .where(DS.c.cluster == bindparam("cluster"), DS.c.gpu_uuid == bindparam("gpu"), _valid_at(DS, t))
         .distinct()
@@ -1525,8 +1535,9 @@ def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: 
     A consumer is a ``reservedFor`` entry (``claim_consumers`` valid at ``t_ns``) of an allocation
     episode valid at ``t_ns`` with a non-adminAccess result on a device whose ``device_states`` row
     valid at ``t_ns`` belongs to the GPU (its own UUID or its MIG parent's); so is the pod that owns
-    the claim (template claim) whatever the time its reservation was observed, as attribution counts
-    it (module docstring, step 4): two pods' traces at one instant name each other or neither.
+    the claim (template claim) while it runs, whatever the time its reservation was observed, as
+    attribution counts it (module docstring, step 4): two pods' traces at one instant name each
+    other or neither.
 
     Returns:
         ``[{"namespace", "pod", "pod_uid", "claim"}]`` sorted by namespace, pod, claim.
@@ -1762,7 +1773,7 @@ def _trace_stmt() -> Select:
                             ar.c.admin_access == False,  # noqa: E712
                             exists().where(ae_valid.c.id == ar.c.episode_id, _valid_at(ae_valid, t))))
         .outerjoin(ae, and_(ae.c.id == ar.c.episode_id, ae.c.cluster == ds.c.cluster, _valid_at(ae, t)))
-        .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_valid_at(cc, t), ae.c.owner_pod_uid == cc.c.consumer_uid)))
+        .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_valid_at(cc, t), _owner_running(ae, cc, ds.c.cluster, t))))
     )
     return (
         select(*[c for c in rec.c if c.name != "eff_cluster"],

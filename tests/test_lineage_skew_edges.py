@@ -170,3 +170,29 @@ def test_trace_names_the_owner_pod_a_co_tenant_as_attribution_counts_it(hist):
         assert [(d["status"], d["physical_gpu_uuid"]) for d in docs.values()] == [("exact", GPU_A)] * 2
         assert [(c["namespace"], c["pod"]) for c in docs["T-kyc"]["co_tenants"]] == [(NS, "fraud-0")]
         assert [(c["namespace"], c["pod"]) for c in docs["T-fraud"]["co_tenants"]] == [("kyc-docs", "kyc-owner-0")]
+
+
+def test_an_owner_pod_gone_while_its_claim_stays_allocated_is_no_co_tenant(hist):
+    """A tester's finding: the owner clause listed a template claim's owner pod as a co-tenant after
+    the pod was gone (its claim still allocated: the node NotReady, the kubelet never unprepared),
+    while that pod's own records then are no-pod. The owner counts only while its pod runs."""
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0-mig-1", "MIG-aaaa1111-0000-5000-8000-000000000001", parent=GPU_A, profile="1g.10gb")
+    h.gpu("gpu-node-a", "gpu-0-mig-2", "MIG-aaaa1111-0000-5000-8000-000000000002", parent=GPU_A, profile="1g.10gb")
+    a = h.pod("scorer-a-0", "gpu-node-a", T0, T0 + 100 * S, claims={"gpu": "scorer-a-0-gpu"},
+              containers={"triton": [("gpu", "")]})
+    h.claim("scorer-a-0-gpu", T0, T0 + 400 * S, results=[("gpu", "gpu-node-a", "gpu-0-mig-1")],
+            consumers=[(a, "scorer-a-0", T0, T0 + 100 * S)], owner=a)
+    b = h.pod("scorer-b-0", "gpu-node-a", T0, claims={"gpu": "scorer-b-0-gpu"}, containers={"triton": [("gpu", "")]})
+    h.claim("scorer-b-0-gpu", T0, results=[("gpu", "gpu-node-a", "gpu-0-mig-2")],
+            consumers=[(b, "scorer-b-0", T0, None)], owner=b)
+    h.record("TB-early", T0 + 50 * S, pod_uid=b)
+    h.record("TB-late", T0 + 300 * S, pod_uid=b)
+    h.record("TA-late", T0 + 300 * S, pod_uid=a)
+    for attributed in (False, True):
+        if attributed:
+            attribute(h.s)
+        docs = {d["transaction_id"]: d for d in trace(h.s, ["TB-early", "TB-late", "TA-late"], cluster=CLUSTER)}
+        assert [c["pod"] for c in docs["TB-early"]["co_tenants"]] == ["scorer-a-0"]
+        assert docs["TB-late"]["co_tenants"] == [] and docs["TB-late"]["physical_gpu_uuid"] == GPU_A
+        assert (docs["TA-late"]["status"], docs["TA-late"]["reason"]) == ("unattributed", "no-pod")
