@@ -105,3 +105,27 @@ def test_an_alias_file_that_is_not_utf8_is_one_clear_error(tmp_path, database_ur
     result = _run("ingest", str(log), "--aliases", str(aliases), "--database-url", database_url)
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert f"alias file {aliases}: not UTF-8 text (byte 0xff at offset 17); save it as UTF-8" in result.output
+
+
+def test_ingest_under_a_cluster_the_watcher_never_recorded_warns(tmp_path, database_url):
+    """A newcomer ingested without --cluster into the store `draudit run` fills: the records went in
+    as 'default' and only `attribute` said so, later. Ingest warns at once, naming the watched ones."""
+    from sqlalchemy import insert
+
+    from collector.store.db import make_engine
+    from collector.store.models import CoverageInterval
+
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    engine = make_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(insert(CoverageInterval).values(cluster="bank-eu-inference-1", kind="Pod", state="synced",
+                                                     started_ns=1, ended_ns=2))
+    engine.dispose()
+    path = tmp_path / "app.log"
+    path.write_text(LINES[0] + "\n")
+    result = _run("ingest", str(path), "--database-url", database_url)
+    assert result.exit_code == 0
+    assert ("warning: cluster 'default' has no watch history in this store (watched: bank-eu-inference-1)"
+            in result.output)
+    quiet = _run("ingest", str(path), "--database-url", database_url, "--cluster", "bank-eu-inference-1")
+    assert quiet.exit_code == 0 and "warning" not in quiet.output, quiet.output

@@ -141,6 +141,18 @@ def test_the_same_line_with_less_pod_identity_is_a_duplicate_not_a_conflict(sess
                  line.replace("DECLINE", "APPROVE"))
     assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 4, "duplicates": 1, "conflicts": 1}
 
+    # a newcomer's finding: ingested first under the default cluster name, then again with the
+    # watcher's (--cluster, as `attribute`'s unknown-cluster hint says): the second copies are stored
+    # (attributable), and are no conflict — the cluster is the collector's label, not the application's
+    again = IngestRun(sessions, Settings(database_url=database_url, cluster="bank-eu-inference-1"))
+    path = tmp_path / "recluster.jsonl"
+    path.write_text(full.replace("T-000193", "T-000199") + "\n")
+    first = ingest_paths(sessions, settings, [path]).as_dict()
+    with open(path, "rb") as f:
+        again.ingest_stream(f, str(path))
+    second = again.finish().as_dict()
+    assert (first["stored"], second["stored"], second["conflicts"], second["duplicates"]) == (1, 1, 0, 0)
+
     # a tester's finding: with the bare line first, another pod's uid was swallowed as a duplicate
     # (the bare copy matched any uid); it is a conflict in either order
     for n, order in enumerate(((bare, full, json.dumps(other_pod)), (json.dumps(other_pod), full, bare))):

@@ -316,7 +316,7 @@ def test_cli_attribute_says_how_many_transactions_wait_for_the_live_watchers_his
     res = CliRunner().invoke(cli, ["attribute", "--database-url", database_url])
     assert res.exit_code == 0, res.output
     assert "attributed 1 transaction(s)" in res.output
-    assert "pending: 1 transaction(s) within 2 s of what the live watcher has recorded so far" in res.output
+    assert "pending: 1 transaction(s) later than, or within 2 s of, what the live watcher has recorded so far" in res.output
 
 
 def test_unknown_cluster_rows_are_revisited_once_the_cluster_has_history(sessions, database_url, monkeypatch):
@@ -407,7 +407,7 @@ def test_a_record_in_the_future_of_the_observed_history_is_pending_apart_and_nev
     res = runner.invoke(cli, ["attribute", "--database-url", database_url])
     assert res.exit_code == 0, res.output
     assert "attributed 1 transaction(s)" in res.output
-    assert "pending: 1 transaction(s) within 2 s of what the live watcher has recorded so far" in res.output
+    assert "pending: 1 transaction(s) later than, or within 2 s of, what the live watcher has recorded so far" in res.output
     assert ("pending: 1 transaction(s) have an event time in the future of the observed history "
             "(later than now + 2 s)") in res.output
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--output", "json"])

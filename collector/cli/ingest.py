@@ -90,6 +90,12 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             sources = [_source(p) for p in paths]
             shown = f"--source {shlex.quote(sources[0])}"  # one word the user can paste
             click.echo(f"  the quarantined lines: draudit quarantine {shown}" + (" (and the other inputs)" if len(sources) > 1 else ""))
+    unwatched = _unwatched_cluster(sessions, settings.cluster) if counts.stored else None
+    if unwatched:
+        click.echo(f"draudit: warning: cluster {settings.cluster!r} has no watch history in this store (watched: "
+                   f"{', '.join(unwatched)}): its records cannot be attributed (unknown-cluster); ingest the same "
+                   "files again with --cluster NAME (or DRAUDIT_CLUSTER) — those copies are stored beside these, "
+                   "no conflict", err=True)
     for path, error in ended_early:
         if error is not None:
             click.echo(f"draudit: error: {path}: the gzip data ends early or is corrupt ({type(error).__name__}: {error}); "
@@ -102,6 +108,19 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
                    "see the reasons and the lines themselves (draudit quarantine --source …) and fix the input "
                    "or use --format, --aliases or --default-tz", err=True)
         sys.exit(1)
+
+
+def _unwatched_cluster(sessions, cluster: str) -> list[str] | None:
+    """The clusters the store's watcher recorded, when ``cluster`` (the one this run stamped on its
+    records) is not among them; None when it is, or when the store has no watch history at all (an
+    ingest-only store: attribution names no cluster then)."""
+    from sqlalchemy import select, union
+
+    from collector.store.models import CoverageInterval, WatchState
+
+    with sessions() as session:
+        watched = sorted(session.execute(union(select(WatchState.cluster), select(CoverageInterval.cluster))).scalars())
+    return watched if watched and cluster not in watched else None
 
 
 def nothing_accepted(counts) -> bool:

@@ -95,10 +95,12 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
         click.echo(f"hint: {summary.by_reason['unknown-cluster']} transaction(s) name a cluster the watcher never "
                    f"recorded (records without one count as {settings.cluster!r}); the store knows: "
                    f"{', '.join(clusters) or 'no cluster (run `draudit watch` first)'}. A record's cluster "
-                   "must be the watcher's: `draudit ingest --cluster NAME` (or DRAUDIT_CLUSTER).")
+                   "must be the watcher's: ingest them again with `draudit ingest --cluster NAME` (or "
+                   "DRAUDIT_CLUSTER); those copies are stored beside these, no conflict.")
     if pending[PENDING_HISTORY]:
-        click.echo(f"pending: {pending[PENDING_HISTORY]} transaction(s) within {settings.clock_skew_s:g} s of what the "
-                   "live watcher has recorded so far wait for its history (the next run attributes them)")
+        click.echo(f"pending: {pending[PENDING_HISTORY]} transaction(s) later than, or within {settings.clock_skew_s:g} s "
+                   "of, what the live watcher has recorded so far wait for its history (a run once it has "
+                   "caught up attributes them: `draudit run` runs one every minute)")
     if pending[PENDING_FUTURE]:
         click.echo(f"pending: {pending[PENDING_FUTURE]} transaction(s) have an event time in the future of the observed "
                    f"history (later than now + {settings.clock_skew_s:g} s): check the node's or the application's "

@@ -74,9 +74,10 @@ LEDGER_COLUMNS = ("id",) + INSERT_COLUMNS  # the tuples hashed by ledger.values_
 _TXN = PREPARED_COLUMNS.index("transaction_id")
 # A scored record's event (what the application logged) and its pod identity (what the shipper
 # added, when it could): ``_scored_again``.
-EVENT_COLUMNS = ("event_time_ns", "event_time_precision_ns", "cluster", "model_name", "model_version", "decision",
+EVENT_COLUMNS = ("event_time_ns", "event_time_precision_ns", "model_name", "model_version", "decision",
                  "latency_ms", "trace_id", "span_id")
 IDENTITY_COLUMNS = ("pod_uid", "pod_namespace", "pod_name", "container_name", "node_name")
+_CLUSTER = PREPARED_COLUMNS.index("cluster")
 _EVENT = [PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS]
 _IDENTITY = [PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS]
 _KEY = PREPARED_COLUMNS.index("dedup_key")
@@ -128,7 +129,7 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
     return sqlite_insert_new(session, "inference_records", _SQLITE_INSERT, params, ("id", "dedup_key"))
 
 
-Event = tuple[tuple[Any, ...], tuple[Any, ...]]  # (EVENT_COLUMNS values, IDENTITY_COLUMNS values)
+Event = tuple[tuple[Any, ...], tuple[Any, ...], str | None]  # (EVENT_COLUMNS values, IDENTITY_COLUMNS values, cluster)
 
 
 def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], dict[str, list[Event]]]:
@@ -137,23 +138,25 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], dict[str
     keys: set[str] = set()
     scored: dict[str, list[Event]] = {}
     n_event = len(EVENT_COLUMNS)
+    n_identity = len(IDENTITY_COLUMNS)
     for txn, key, has_decision, *rest in _known_rows(session, txn_ids):
         keys.add(key)
         if has_decision:
-            scored.setdefault(txn, []).append((tuple(rest[:n_event]), tuple(rest[n_event:])))
+            scored.setdefault(txn, []).append((tuple(rest[:n_event]), tuple(rest[n_event:n_event + n_identity]),
+                                               rest[n_event + n_identity]))
     return keys, scored
 
 
 def _event(values: tuple[Any, ...]) -> Event:
-    return tuple(values[i] for i in _EVENT), tuple(values[i] for i in _IDENTITY)
+    return tuple(values[i] for i in _EVENT), tuple(values[i] for i in _IDENTITY), values[_CLUSTER]
 
 
 def _same_values(event: Event, other: Event) -> bool:
     """The same application event: event times whose intervals ``[t, t + precision)`` overlap
     (GELF keeps the milliseconds of the line's microseconds) and the same values in every other
     ``EVENT_COLUMNS`` column."""
-    (t, precision, *rest), _ = event
-    (o_t, o_precision, *o_rest), _ = other
+    (t, precision, *rest), *_ = event
+    (o_t, o_precision, *o_rest), *_ = other
     return rest == o_rest and t < o_t + (o_precision or 1) and o_t < t + (precision or 1)
 
 
@@ -170,9 +173,13 @@ def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
     the stored row — and is no conflict unless it contradicts a stored record. A conflict: some stored
     record is another event (another decision, time, model…) or gives another value of an identity
     column (another pod uid, node): a transaction scored twice differently, which an auditor must see,
-    whatever order the copies came in."""
-    _, identity = event
-    duplicate = any(_same_values(event, s) and all(a is None or a == b for a, b in zip(identity, s[1]))
+    whatever order the copies came in.
+
+    The cluster is the collector's label, not the application's: the same event under another
+    cluster name (ingested again with ``--cluster`` after a first run under the default) is stored
+    — its records become attributable — and is no conflict either."""
+    _, identity, cluster = event
+    duplicate = any(_same_values(event, s) and cluster == s[2] and all(a is None or a == b for a, b in zip(identity, s[1]))
                     for s in stored)
     conflict = any(not _same_values(event, s) or any(a is not None and b is not None and a != b
                                                      for a, b in zip(identity, s[1]))
@@ -181,7 +188,7 @@ def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
 
 
 def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    """``(transaction_id, dedup_key, has a decision, *EVENT_COLUMNS, *IDENTITY_COLUMNS)`` of the stored records among ``txn_ids``
+    """``(transaction_id, dedup_key, has a decision, *EVENT_COLUMNS, *IDENTITY_COLUMNS, cluster)`` of the stored records among ``txn_ids``
     (PostgreSQL: one ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     conn = session.connection()
     if conn.dialect.name == "sqlite":
@@ -205,13 +212,13 @@ def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any,
         yield from rows
         return
     stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None),
-                  *[INFERENCE.c[c] for c in EVENT_COLUMNS + IDENTITY_COLUMNS]).where(
+                  *[INFERENCE.c[c] for c in EVENT_COLUMNS + IDENTITY_COLUMNS + ("cluster",)]).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
     for i in range(0, len(txn_ids), LOOKUP_CHUNK):
         yield from session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])})
 
 
-_KNOWN_COLUMNS = "transaction_id, dedup_key, decision IS NOT NULL, " + ", ".join(EVENT_COLUMNS + IDENTITY_COLUMNS)
+_KNOWN_COLUMNS = "transaction_id, dedup_key, decision IS NOT NULL, " + ", ".join(EVENT_COLUMNS + IDENTITY_COLUMNS + ("cluster",))
 PG_KNOWN_SQL = f"SELECT {_KNOWN_COLUMNS} FROM inference_records WHERE transaction_id = ANY(%s)"
 
 
