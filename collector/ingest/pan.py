@@ -6,11 +6,13 @@ annex B), written in one of these ways:
 - grouped in any way by single separators — space, dash, tab, every Unicode space and dash
   (categories Zs and Pd: no-break, thin, ideographic space U+3000, en dash U+2013, full-width
   hyphen-minus U+FF0D…), line and paragraph separator, vertical tab, form feed, minus sign U+2212,
-  ``+`` (a space in URL form encoding), an invisible format character (soft hyphen, zero-width
+  ``+`` (a space in URL form encoding: only between a card's groups, 4-4-4-4, 4-6-5, 4-6-4…, with
+  an issuer prefix, ``_plus_card``), an invisible format character (soft hyphen, zero-width
   space / joiners, word joiner, byte order mark), each also as its JSON escape
   (``4111 1111 1111 1111``, ``3782 822463 10005``, ``4012\t8888\t8888\t1881``, ``4111\u00ad1111…``,
   ``4111–1111–1111–1111``, ``pan=4111+1111+1111+1111``), or as URL percent-escapes
-  (``4111%201111%201111%201111``: ``percent_separators_decoded``); not ``:``, ``,``, ``|``;
+  (``4111%201111%201111%201111``: ``percent_separators_decoded``; with digits written as JSON
+  escapes too, ``\u0034111%201111…``: ``escapes_decoded``); not ``:``, ``,``, ``|``;
 - in groups of 3 to 6 digits (how card numbers are printed: 4-4-4-4, 4-6-5, 4-4-4-4-3) separated
   by runs of up to three separator units, a unit being one of the characters above, a newline,
   CR, slash or underscore, or the JSON escape of one (``\n``, ``\t``, ``\r``, ``\/``, ``\f``,
@@ -436,6 +438,35 @@ def _is_pan(groups: list[str], single: list[bool]) -> bool:
     return luhn_ok(digits)
 
 
+# How a card number is written in groups (``_plus_card``): Visa, Mastercard, Discover 4-4-4-4;
+# 19-digit cards 4-4-4-4-3; American Express 4-6-5; Diners Club 4-6-4; 13-digit Visa 4-4-5; 15-digit 4-4-4-3.
+PLUS_LAYOUTS = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 5), (4, 4, 4, 3)})
+# A "+" as a separator unit: itself, or its JSON escape (\u002b) with any number of backslashes.
+_PLUS_ESCAPE = re.compile(r"\\+u002[bB]")
+
+
+def _has_plus(sep: str) -> bool:
+    """Whether the separator run ``sep`` holds a ``+`` (or its JSON escape; ``%2B`` is decoded to one
+    in ``mask_text``'s decoded copy)."""
+    return "+" in sep or ("\\" in sep and _PLUS_ESCAPE.search(sep) is not None)
+
+
+def _plus_card(groups: list[str]) -> bool:
+    """Whether digit ``groups`` joined by separators that include a ``+`` are a card number: its
+    groups are a card's (``PLUS_LAYOUTS``) and it starts as a payment card does
+    (``card_issuer_prefix``).
+
+    ``+`` is a separator for one reason, URL form encoding of a card written in groups
+    (``?pan=4111+1111+1111+1111``); elsewhere it joins numbers that are no card: a version's build
+    metadata (``2.7.1+20250610012938``), an epoch time and its offset (``1744410386487+0100``), sums
+    (``1271+3632+1768+4366``, ``3389065+8645929``): as a separator in any grouping it doubled the
+    masking of such text (tester's measurement, e.g. 11% → 22% of epoch-ms-with-offset samples). A
+    4-4-4-4 sum is a card's shape: the issuer prefix (every payment card network's PAN has one)
+    leaves those starting 0, 1, 20-21, 28-29, 7, 80, 83-89, 9."""
+    return (tuple(len(g) for g in groups) in PLUS_LAYOUTS
+            and card_issuer_prefix(groups[0][0], groups[0][1]))
+
+
 def _mask_run(run: str) -> tuple[str, int]:
     if run.isdigit():
         if PAN_MIN_DIGITS <= len(run) <= PAN_MAX_DIGITS and luhn_ok(run):
@@ -448,13 +479,15 @@ def _mask_run(run: str) -> tuple[str, int]:
     tokens = _SEP_RUN.split(run)
     seps = _SEP_RUN.findall(run)
     single = [_single_separator(sep) for sep in seps]
+    plus = [_has_plus(sep) for sep in seps]
     out: list[str] = []
     count = 0
     i = 0
     while i < len(tokens):
         j_found = None
         for j in range(len(tokens), i, -1):
-            if _is_pan(tokens[i:j], single[i:]):
+            # a window whose separators hold a "+" is a PAN only in a card's groups (``_plus_card``)
+            if _is_pan(tokens[i:j], single[i:]) and (not any(plus[i:j - 1]) or _plus_card(tokens[i:j])):
                 j_found = j
                 break
         if j_found is None:
@@ -804,7 +837,9 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     A digit written as a JSON ``\\uXXXX`` escape (``\\u0034``, full-width ``\\uff14``, a surrogate
     pair for one beyond the BMP; any number of backslashes) counts as the digit (``unescape_digits``):
     a raw line is masked as the values decoded from it are. When such a digit is part of a PAN, the
-    text returned has the escaped digits written as ASCII digits.
+    text returned has the escaped digits written as ASCII digits. Last, a copy with both escaped
+    digits and percent-escaped separators decoded (``escapes_decoded``) is masked: a PAN there is
+    masked in the text returned, the escapes outside it kept (``_kept_escapes``).
 
     Returns:
         ``(masked_text, number_of_pans_masked)``; the text is returned unchanged (same object)
@@ -821,12 +856,15 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
             again, more = _mask_text(unescaped, keep_otlp_times, windowed=len(unescaped) >= WINDOWED_FROM_CHARS)
             if more:
                 masked, count = again, count + more
-    if "%" in masked:  # separators written as URL percent-escapes (``percent_separators_decoded``)
-        decoded = percent_separators_decoded(masked)
+    if "%" in masked or "\\u" in masked:
+        # Both decodings at once (``escapes_decoded``): a digit written ``\u0034`` in a card whose
+        # groups are separated by ``%20`` is a PAN only in the copy with both applied (tester's
+        # finding: neither pass alone saw it, and the raw line was hashed unmasked).
+        decoded = escapes_decoded(masked)
         if decoded is not masked:
             again, more = _mask_text(decoded, keep_otlp_times, windowed=len(decoded) >= WINDOWED_FROM_CHARS)
             if more:
-                return again, count + more
+                return _kept_escapes(masked, decoded, again, keep_otlp_times), count + more
     return masked, count
 
 
@@ -852,9 +890,10 @@ def percent_separators_decoded(text: str) -> str:
     Why a decoded copy and not ``%20`` as a separator unit: an escape's hex digits are decimal
     digits, so a run next to one would take them in (``q=%204111111111111111``: 18 digits, no PAN
     by Luhn — the card number was kept whole), and every digit-run rule would need an exception.
-    ``mask_text`` masks this copy after the text itself; when it finds a PAN there, the text returned
-    has those escapes decoded (as ``unescape_digits`` does for escaped digits). The ends of a cut text
-    (``mask_cut_end``, ``mask_cut_start``) do not read percent-escapes.
+    ``mask_text`` masks such a copy (``escapes_decoded``: escaped digits decoded too) after the text
+    itself; when it finds a PAN there, the text returned has the masked run as masked and every
+    escape outside it as written (``_kept_escapes``). The ends of a cut text (``mask_cut_end``,
+    ``mask_cut_start``) read percent-escaped separators too.
     """
     if "%" not in text:
         return text
@@ -891,6 +930,117 @@ def unescape_digits(text: str) -> str:
         return text
     out = _UNICODE_ESCAPE.sub(_escaped_digit, text)
     return text if out == text else out
+
+
+# A JSON ``\uXXXX`` escape (``_UNICODE_ESCAPE``) or a run of URL percent-escapes (``_PERCENT_RUN``).
+_DECODABLE = re.compile(rf"(?P<u>{_UNICODE_ESCAPE.pattern})|{_PERCENT_RUN.pattern}")
+
+
+def _decoded_piece(match: re.Match[str]) -> str:
+    """A ``_DECODABLE`` match as ``escapes_decoded`` writes it (a digit, separators, or as it is)."""
+    return _escaped_digit(match) if match.group("u") is not None else _percent_separators(match)
+
+
+def escapes_decoded(text: str) -> str:
+    """``text`` with both decodings ``mask_text`` reads a PAN through applied in one pass: every JSON
+    ``\\uXXXX`` escape of a decimal digit written as the ASCII digit (``unescape_digits``) and every
+    run of URL percent-escapes of separators written as those separators
+    (``percent_separators_decoded``); the same object when neither is there.
+
+    ``GET /pay?pan=\\u0034111%201111%201111%201111`` is a PAN only with both applied: masking each
+    decoding alone left it whole in a raw line and in the hash stored for it (tester's finding)."""
+    if "%" not in text and "\\u" not in text:
+        return text
+    out = _DECODABLE.sub(_decoded_piece, text)
+    return text if out == text else out
+
+
+def _decoded_starts(text: str) -> list[int]:
+    """Where in ``text`` each character of ``escapes_decoded(text)`` comes from: ``starts[k]`` is the
+    index of the first character of ``text`` that decoded character ``k`` is written with (an
+    escape, a percent-escaped UTF-8 sequence, or the character itself); one more entry, ``len(text)``."""
+    starts: list[int] = []
+    last = 0
+    for m in _DECODABLE.finditer(text):
+        starts.extend(range(last, m.start()))
+        piece = _decoded_piece(m)
+        if piece == m.group():
+            starts.extend(range(m.start(), m.end()))
+        elif m.group("u") is not None:  # one digit
+            starts.append(m.start())
+        else:  # each character from its UTF-8 bytes, 3 characters (``%XX``) a byte
+            pos = m.start()
+            for ch in piece:
+                starts.append(pos)
+                pos += 3 * len(ch.encode("utf-8"))
+        last = m.end()
+    starts.extend(range(last, len(text) + 1))
+    return starts
+
+
+def _in_run(ch: str) -> bool:
+    """A character a masked run can hold in a decoded copy: a digit, a separator, a dot, a star."""
+    return ch.isdigit() or ch in _SEP_UNIT_CHARS or ch in ".*"
+
+
+def _kept_escapes(text: str, decoded: str, masked: str, keep_otlp_times: bool) -> str:
+    """``masked`` (``_mask_text`` of ``decoded``, ``escapes_decoded(text)``) with every stretch that
+    masking left as it was written as in ``text``: a URL's ``%2B``, ``%20``, ``%3D`` and a JSON
+    ``\\u0034`` outside a masked run keep their escapes (``%2B`` decoded to ``+`` changes what a
+    query says). The masked runs are ``masked``'s own, whole, from digit to digit: the common
+    start and end of ``decoded`` and ``masked`` less the run characters next to them (``_in_run``)
+    up to a digit, and between them the stretches ``difflib`` finds equal, less the digits and
+    stars next to a change (written as ``masked`` has them).
+
+    Conservative: when the text this gives does not decode to a text ``_mask_text`` finds nothing
+    more in, ``masked`` is returned (every escape decoded, as before)."""
+    import difflib
+
+    starts = _decoded_starts(text)
+    if len(starts) != len(decoded) + 1:  # not expected; the decoded copy as it is
+        return masked
+    size = min(len(decoded), len(masked))
+    head = 0
+    while head < size and decoded[head] == masked[head]:
+        head += 1
+    common = head
+    while head > 0 and _in_run(decoded[head - 1]):
+        head -= 1
+    while head < common and not decoded[head].isdigit():  # a run starts with a digit
+        head += 1
+    tail = 0
+    while tail < size - head and decoded[-1 - tail] == masked[-1 - tail]:
+        tail += 1
+    common = tail
+    while tail > 0 and _in_run(decoded[len(decoded) - tail]):
+        tail -= 1
+    while tail < common and not decoded[len(decoded) - tail - 1].isdigit():  # and ends with one
+        tail += 1
+    d_end, m_end = len(decoded) - tail, len(masked) - tail
+    pieces = [text[:starts[head]]]
+    matcher = difflib.SequenceMatcher(None, decoded[head:d_end], masked[head:m_end], autojunk=False)
+    ops = matcher.get_opcodes()
+    for k, (op, i1, i2, j1, j2) in enumerate(ops):
+        if op != "equal":
+            pieces.append(masked[head + j1:head + j2])
+            continue
+        # the digits and stars next to a change are the masked run's (written as ``masked`` has them)
+        a, b = head + i1, head + i2
+        if k > 0:
+            while a < b and (decoded[a].isdigit() or decoded[a] == "*"):
+                a += 1
+        if k + 1 < len(ops):
+            while b > a and (decoded[b - 1].isdigit() or decoded[b - 1] == "*"):
+                b -= 1
+        pieces.append(decoded[head + i1:a])
+        pieces.append(text[starts[a]:starts[b]])
+        pieces.append(decoded[b:head + i2])
+    pieces.append(text[starts[d_end]:])
+    out = "".join(pieces)
+    if out != masked and _mask_text(escapes_decoded(out), keep_otlp_times,
+                                     windowed=len(out) >= WINDOWED_FROM_CHARS)[1]:
+        return masked
+    return out
 
 
 # From this length mask_text searches only the windows that can hold a candidate (whole lines).
@@ -1029,7 +1179,9 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     For text that may have been cut before it reached us (a quarantined line: a truncated file or
     .gz, an unterminated CRI partial, a JSON line that ends in the middle of a string): a run of
     ``CUT_PAN_MIN_DIGITS`` (7) or more digits (separators and their escapes between them, as for a PAN;
-    the bytes of a multi-byte character cut after them, decoded as U+FFFD or ``\\xNN``, do not count)
+    the bytes of a multi-byte character cut after them, decoded as U+FFFD or ``\\xNN``, and an escape
+    the cut left incomplete, ``%2``, ``\\u20``, ``%E2%80``, do not count; digits written as JSON
+    escapes and separators as percent-escapes count as such: ``escapes_decoded``)
     that ends the text keeps its first 6 digits, every other digit becomes ``*`` and the separators
     inside the run go (``card 4111 1111 1111 111`` → ``card 411111*********``). Not first 6 / last 4:
     the last digits shown would be digits a masked copy of the same PAN elsewhere hides. Run
@@ -1042,20 +1194,58 @@ def mask_cut_end(text: str) -> tuple[str, int]:
     undecodable = _UNDECODABLE_END.search(text, max(0, len(text) - _CUT_END_CHARS)) if _may_end_undecodable(text) else None
     if undecodable:
         text = text[:undecodable.start()]
+    cut = _cut_escape_start(text)  # an escape the cut left incomplete (``%2``, ``\\u20``) is ignored too
+    ignored = text[cut:] + (undecodable.group() if undecodable else "")
+    text = text[:cut]
     tail = max(0, len(text) - _CUT_END_CHARS)
-    if "\\u" in text[tail:]:  # a digit written as a \uXXXX escape is a digit (``unescape_digits``)
-        text = text[:tail] + unescape_digits(text[tail:])
-    m = TRAILING_DIGIT_RUN.search(text, tail) if _may_end_in_run(text) else None
+    # Digits written as \uXXXX escapes are digits and percent-escaped separators separators, read
+    # in a decoded copy of the tail (``escapes_decoded``); the text before the run stays as written.
+    piece = text[tail:]
+    decoded = escapes_decoded(piece)
+    m = TRAILING_DIGIT_RUN.search(decoded) if _may_end_in_run(decoded) else None
     if m is None:
         return original, 0
     start = m.start()
-    lead = CUT_SEP_RUN.match(text, start)  # separators before the first digit stay
+    lead = CUT_SEP_RUN.match(decoded, start)  # separators before the first digit stay
     if lead:
         start = lead.end()
-    digits = "".join(CUT_SEP_RUN.split(text[start:]))
+    digits = "".join(CUT_SEP_RUN.split(decoded[start:]))
     if len(digits) < CUT_PAN_MIN_DIGITS:
         return original, 0
-    return text[:start] + digits[:6] + "*" * (len(digits) - 6) + (undecodable.group() if undecodable else ""), 1
+    if decoded is not piece:
+        start = _decoded_starts(piece)[start]
+    return text[:tail + start] + digits[:6] + "*" * (len(digits) - 6) + ignored, 1
+
+
+# An escape cut off at the end of a text: a backslash run, ``\\u`` and up to 3 hex digits, a high
+# surrogate whose low half is cut (``\\ud803\\u``), ``%`` and up to one hex digit.
+_CUT_ESCAPE_END = re.compile(r"\\+u[dD][89abAB][0-9a-fA-F]{2}(?:\\+(?:u[0-9a-fA-F]{0,3})?)?$"
+                             r"|\\+(?:u[0-9a-fA-F]{0,3})?$|%[0-9a-fA-F]?$")
+_PERCENT_RUN_END = re.compile(r"(?:%[0-9A-Fa-f]{2})+$")
+
+
+def _cut_escape_start(text: str) -> int:
+    """Where an escape cut off at the end of ``text`` starts (``len(text)`` when there is none): a
+    JSON escape or a URL percent-escape left incomplete (``_CUT_ESCAPE_END``), or a run of
+    percent-escapes that ends in an incomplete UTF-8 sequence (``%E2%80``, an en dash cut), with
+    that partial escape first cut off if there was one. ``mask_cut_end`` reads the digits before it."""
+    end = len(text)
+    m = _CUT_ESCAPE_END.search(text, max(0, end - 16))
+    if m is not None:
+        end = m.start()
+    runs = _PERCENT_RUN_END.search(text, max(0, end - 12), end)
+    if runs is not None:
+        data = bytes.fromhex(runs.group().replace("%", ""))
+        for back in range(1, min(3, len(data)) + 1):  # a UTF-8 lead byte whose sequence is cut
+            byte = data[-back]
+            need = 2 if 0xC0 <= byte < 0xE0 else 3 if 0xE0 <= byte < 0xF0 else 4 if 0xF0 <= byte < 0xF8 else 0
+            if need:
+                if need > back:
+                    end = runs.end() - 3 * back
+                break
+            if not 0x80 <= byte < 0xC0:  # an ASCII byte: nothing cut
+                break
+    return end
 
 
 CUT_START_KEEP = 4  # digits a continuation's leading digit run keeps (the last ones: a PAN's last 4)
@@ -1077,8 +1267,9 @@ def mask_cut_start(text: str) -> tuple[str, int]:
 
     For the continuation of a partial line whose first chunks the parser did not see (another
     request, another file): a run of more than ``CUT_START_KEEP`` (4) digits (separators and their
-    escapes between them, as for a PAN; separators and the bytes of a cut multi-byte character
-    before it stay) that starts the text keeps its last 4 digits, every other digit becomes ``*``
+    escapes and percent-escapes between them, as for a PAN; separators, the bytes of a cut
+    multi-byte character and the rest of a cut separator escape, ``a0`` of ``\\u00a0``, before it
+    stay: ``_cut_escape_rest_end``) that starts the text keeps its last 4 digits, every other digit becomes ``*``
     and the separators inside the run go (``11111111 ok`` → ``****1111 ok``), the mirror of
     ``mask_cut_end``. A run that starts with a date (``2025-06-04 10:15:06 INFO …``, how a
     plain-text log line begins) is left alone.
@@ -1086,21 +1277,45 @@ def mask_cut_start(text: str) -> tuple[str, int]:
     Returns:
         ``(text, 1)`` with the run masked, or ``(text, 0)`` (same object) when none is there.
     """
-    original = text
-    head = text[:_CUT_START_CHARS]
-    if "\\u" in head:  # a digit written as a \uXXXX escape is a digit (``unescape_digits``)
-        text = unescape_digits(head) + text[_CUT_START_CHARS:]
     lead = _UNDECODABLE_START.match(text)
-    m = _LEADING_DIGIT_RUN.match(text, lead.end() if lead else 0)
+    skip = lead.end() if lead else 0
+    skip = _cut_escape_rest_end(text, skip)  # the rest of a separator escape the cut began in
+    # Digits written as \uXXXX escapes are digits and percent-escaped separators separators, read in
+    # a decoded copy of the head (``escapes_decoded``); the text after the run stays as written.
+    head = text[skip:skip + _CUT_START_CHARS]
+    decoded = escapes_decoded(head)
+    m = _LEADING_DIGIT_RUN.match(decoded)
     if m is None:
-        return original, 0
+        return text, 0
     start, end = m.span("run")
-    if _LEADING_DATE.match(text, start):  # "2025-06-04 10:15:06 INFO …": a plain-text log line's date
-        return original, 0
-    digits = "".join(CUT_SEP_RUN.split(text[start:end]))
+    if _LEADING_DATE.match(decoded, start):  # "2025-06-04 10:15:06 INFO …": a plain-text log line's date
+        return text, 0
+    digits = "".join(CUT_SEP_RUN.split(decoded[start:end]))
     if len(digits) <= CUT_START_KEEP:
-        return original, 0
+        return text, 0
+    if decoded is not head:
+        starts = _decoded_starts(head)
+        start, end = starts[start], starts[end]
+    start, end = skip + start, skip + end
     return text[:start] + "*" * (len(digits) - CUT_START_KEEP) + digits[-CUT_START_KEEP:] + text[end:], 1
+
+
+# What a cut can leave of the JSON escape of a separator at a text's start (``a0`` of ``\u00a0``,
+# ``u2013``): the ends of ``u`` and its 4 hex digits, each holding a letter (``0``, ``20`` of
+# ``\u0020`` or ``%20`` are read as digits: more than a cut PAN's digits starred, never fewer).
+_SEP_ESCAPE_RESTS = frozenset(("u" + code)[i:] for code in _SEP_ESCAPES for i in range(5)
+                              if not ("u" + code)[i:].isdigit())
+
+
+def _cut_escape_rest_end(text: str, pos: int) -> int:
+    """Where the rest of a separator's JSON escape that starts ``text`` at ``pos`` ends (``pos`` when
+    there is none): the shortest start of ``text[pos:]`` that is the end of such an escape and holds a
+    letter (``_SEP_ESCAPE_RESTS``): ``a0`` of ``a01111\\u00a01111 ok``. The shortest: a longer one
+    could take a digit of the card; a digit taken for a card's is only starred."""
+    for size in range(1, 6):
+        if text[pos:pos + size].lower() in _SEP_ESCAPE_RESTS:
+            return pos + size
+    return pos
 
 
 # A JSON number written with an exponent (``4.111111111111111e15``): its digits as written need
