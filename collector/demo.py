@@ -52,6 +52,7 @@ class DemoResult:
     sample: list[dict[str, str]]
     violation: dict[str, Any]
     timings_s: dict[str, float] = field(default_factory=dict)
+    suggested_trace: str | None = None  # the sample id the demo suggests tracing (``_suggested_trace``)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class DemoResult:
             "verified": self.verified,
             "database": self.database_url,
             "sample": self.sample,
+            "suggested_trace": self.suggested_trace,
             "ingest": self.ingest,
         }
 
@@ -225,6 +227,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         srv.stop()
 
     ingest = _ingest_totals(sessions, file_counts, otlp_answer, logs.otlp_path.read_bytes())
+    _mask_ingested_inputs(logs.fluentbit_path, logs.otlp_path)
 
     t2 = time.monotonic()
     say("attributing transactions to physical GPUs", 0.75)
@@ -261,6 +264,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
         by_status = dict(s.execute(select(Lineage.status, func.count()).group_by(Lineage.status)).all())
         findings = [{**f, "pods": _consumer_pods(s, f)} for f in evaluation.findings]
+        suggested = _suggested_trace(s, [x["transaction_id"] for x in logs.sample])
     transactions = {st: int(by_status.get(st, 0)) for st in ("exact", "ambiguous", "unattributed")}
     engine.dispose()
     return DemoResult(
@@ -268,7 +272,33 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         ingest=ingest, findings=sorted(findings, key=lambda f: (_KIND_ORDER.get(f["kind"], 9), f["rule"])),
         pack_path=pack.path, archive_path=pack.archive, verified=all(c.ok for c in checks),
         checks=[(c.name, c.ok, c.detail) for c in checks], sample=list(logs.sample), violation=scenario.violation,
-        timings_s=timings)
+        timings_s=timings, suggested_trace=suggested)
+
+
+def _suggested_trace(session, ids: list[str]) -> str | None:
+    """The sample transaction whose trace answers "who else was on it" with another tenant's pod
+    (one scored during the planted violation), else the first; None without a sample."""
+    from collector.lineage import trace
+
+    for doc in trace(session, ids, cluster=DEMO_CLUSTER):
+        if any(c["namespace"] != doc["pod"]["namespace"] for c in doc["co_tenants"]):
+            return doc["transaction_id"]
+    return ids[0] if ids else None
+
+
+def _mask_ingested_inputs(*paths: Path) -> None:
+    """Once ingested, the demo's synthetic input files keep the planted card number masked as the
+    store holds it (first 6, last 4): no file ``draudit demo`` leaves behind holds a full card
+    number, which a bank's data-loss scanner would flag. The ingest itself read the number whole."""
+    from collector.demo_scenario import TEST_PAN
+    from collector.ingest.pan import mask_text
+
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        masked = text.replace(TEST_PAN, mask_text(TEST_PAN)[0]).replace(TEST_PAN.replace(" ", ""),
+                                                                         mask_text(TEST_PAN.replace(" ", ""))[0])
+        if masked != text:
+            path.write_text(masked, encoding="utf-8")
 
 
 _KIND_ORDER = {"violation": 0, "warning": 1, "observation": 2}

@@ -98,7 +98,7 @@ def _print_summary(r) -> None:
     e(f"  evidence pack: {r.pack_path}  (archive {r.archive_path})")
     e(f"  verification: {'PASSED' if r.verified else 'FAILED'} ({sum(1 for c in r.checks if c[1])}/{len(r.checks)} checks)")
     e(f"  store: {r.database_url}")
-    sample = r.sample[0]["transaction_id"] if r.sample else "<transaction id>"
+    sample = r.suggested_trace or "<transaction id>"  # one whose trace names another tenant's pod
     e("")
     e("next:")
     prog = _invoked_as()
