@@ -1562,7 +1562,7 @@ def _empty_trace(transaction_id: str) -> dict[str, Any]:
         "device": {"driver": None, "pool": None, "device": None},
         "device_uuid": None, "physical_gpu_uuid": None, "product": None, "mig_profile": None, "co_tenants": [],
         "conflict": False, "record_id": None, "cluster": None, "container": None, "decision": None,
-        "candidates": None,
+        "candidates": None, "attribution": None,
     }
 
 
@@ -1813,6 +1813,8 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
         "product": lin.product_name, "mig_profile": lin.mig_profile, "conflict": bool(rec.conflict),
         "record_id": rec.id, "cluster": cluster, "container": rec.rec_container, "decision": rec.rec_decision,
         "candidates": lin.candidates,
+        # the verdict stored by an attribution run, or computed now by this trace (nothing written)
+        "attribution": "stored" if lin is rec else "computed",
     })
     if lin is not rec and lin.physical_gpu_uuid is not None:
         doc["co_tenants"] = co_tenants(session, cluster=cluster, physical_gpu_uuid=lin.physical_gpu_uuid,

@@ -168,6 +168,8 @@ def test_trace_names_the_owner_pod_a_co_tenant_as_attribution_counts_it(hist):
             attribute(h.s)
         docs = {d["transaction_id"]: d for d in trace(h.s, ["T-kyc", "T-fraud"], cluster=CLUSTER)}
         assert [(d["status"], d["physical_gpu_uuid"]) for d in docs.values()] == [("exact", GPU_A)] * 2
+        # a newcomer could not tell a verdict computed by the trace from one a run stored
+        assert {d["attribution"] for d in docs.values()} == {"stored" if attributed else "computed"}
         assert [(c["namespace"], c["pod"]) for c in docs["T-kyc"]["co_tenants"]] == [(NS, "fraud-0")]
         assert [(c["namespace"], c["pod"]) for c in docs["T-fraud"]["co_tenants"]] == [("kyc-docs", "kyc-owner-0")]
 

@@ -149,6 +149,9 @@ def _print_trace(doc: dict) -> None:
         click.echo(f"{label:<13} {value if value is not None else '-'}")
     if doc["reason"] in _PENDING_NOTES:
         click.echo(f"{'note':<13} {_PENDING_NOTES[doc['reason']]}")
+    if doc.get("attribution") == "computed":
+        click.echo(f"{'note':<13} computed now, not stored yet: no attribution run has attributed this record "
+                   "(`draudit attribute`; packs show it as not-attributed-yet until one has)")
     for i, c in enumerate(doc.get("identity_conflict") or []):
         click.echo(f"{'conflict' if i == 0 else '':<13} the record's {c['field']} {c['record']!r}, "
                    f"observed {c['observed']!r} at that time")
