@@ -63,7 +63,30 @@ def _empty_directories(directories, files) -> list[Check]:
 _DAMAGED = (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError)
 
 
+def _gzip_intact(archive: Path) -> None:
+    """Read a gzip archive to its end, checking its CRC-32 and length (RFC 1952), before the tar walk:
+    tarfile stops at a member header that a flipped bit garbled as if the archive ended there, and
+    the pack would be reported as missing its manifest instead of damaged.
+
+    Raises:
+        EOFError, zlib.error, gzip.BadGzipFile: the archive is cut or corrupt (``_DAMAGED``).
+    """
+    with archive.open("rb") as raw:
+        if raw.read(2) != b"\x1f\x8b":
+            return
+    with gzip.open(archive, "rb") as stream:
+        while stream.read(CHUNK_BYTES):
+            pass
+
+
 def _verify_archive(archive: Path, public_key: Ed25519PublicKey | None) -> list[Check]:
+    try:
+        _gzip_intact(archive)
+    except _DAMAGED as exc:
+        return [Check("archive", False, f"{archive.name} is truncated or corrupt ({type(exc).__name__}: {exc}); "
+                                        "copy the pack again and compare its size")]
+    except OSError as exc:
+        raise UserError(f"pack {archive}: cannot be read ({exc})") from None
     try:
         tar = tarfile.open(archive, mode="r:*")
     except tarfile.ReadError:  # tarfile lists every compression it tried, over several lines

@@ -46,3 +46,16 @@ def test_a_file_that_is_not_an_archive_is_one_line(tmp_path):
     assert result.exit_code == 2
     assert result.output.strip() == (f"draudit: error: pack {fake}: not a directory or a tar / tar.gz archive; "
                                      "give the pack directory or the archive `draudit report --archive` wrote")
+
+
+def test_a_bit_flipped_inside_the_archive_is_reported_as_damage_not_as_a_missing_manifest(archive, tmp_path):
+    """A newcomer flipped one bit in the middle of a pack archive: tarfile stopped at the garbled
+    member header as if the archive ended there, and verify said the manifest was missing. The gzip
+    stream's own check (CRC-32 and length, RFC 1952) names the damage."""
+    data = bytearray(archive.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    flipped = tmp_path / "flipped.tar.gz"
+    flipped.write_bytes(bytes(data))
+    [check] = verify_pack(flipped)
+    assert (check.name, check.ok) == ("archive", False)
+    assert check.detail.startswith("flipped.tar.gz is truncated or corrupt (")
