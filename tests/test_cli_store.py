@@ -52,7 +52,8 @@ def test_bad_database_inputs_give_one_line_and_no_traceback(tmp_path, database_u
         ("postgresql://root@127.0.0.1:1/nowhere", "cannot connect to database"),
         (f"sqlite:///{tmp_path / 'never-migrated.db'}", "run `draudit db upgrade` first"),
         (f"sqlite:///{tmp_path / 'typo.db'}", "does not exist; create the store with `draudit db upgrade"),
-        (f"sqlite:///{tmp_path / 'scoring.jsonl'}", "the database cannot be used: file is not a database"),
+        (f"sqlite:///{tmp_path / 'scoring.jsonl'}",
+         f"the database sqlite:///{tmp_path / 'scoring.jsonl'} cannot be used: file is not a database"),
     ]
     (tmp_path / "never-migrated.db").touch()  # exists, but holds no schema
     (tmp_path / "scoring.jsonl").write_text('{"transaction.id": "TXN-1", "@timestamp": "2026-11-28T10:00:00Z"}\n' * 200)

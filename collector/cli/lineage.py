@@ -149,6 +149,9 @@ def _print_trace(doc: dict) -> None:
         click.echo(f"{label:<13} {value if value is not None else '-'}")
     if doc["reason"] in _PENDING_NOTES:
         click.echo(f"{'note':<13} {_PENDING_NOTES[doc['reason']]}")
+    if doc["status"] == "not-found":
+        click.echo(f"{'note':<13} no record of this transaction id is stored: check the id (a masked one, "
+                   "411111******1111, is found too), or ingest its logs first")
     if doc.get("attribution") == "computed":
         click.echo(f"{'note':<13} computed now, not stored yet: no attribution run has attributed this record "
                    "(`draudit attribute`; packs show it as not-attributed-yet until one has)")
