@@ -24,13 +24,12 @@ import json
 import random
 import re
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
 from collector.ingest import fastpath, pan
 from collector.ingest.parser import LineParser
+from tests.test_ingest_pan_unicode_separators import _draudit
 
 SOURCE = "/var/log/pods/risk-inference_fraud-api-7c9d8-x2k4q_0f3c2a9e/api/0.log"
 VISA, AMEX, DINERS = "4111111111111111", "378282246310005", "30569309025904"
@@ -243,10 +242,6 @@ def test_the_text_returned_holds_no_card_in_any_reading():
 
 
 # -- draudit ingest into SQLite ----------------------------------------------------------------------
-
-def _draudit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "collector.cli", *args], capture_output=True, text=True, timeout=300)
-
 
 def test_draudit_ingest_stores_no_full_card_number_nor_a_hash_of_the_unmasked_line(tmp_path):
     db = tmp_path / "x.db"
