@@ -40,17 +40,13 @@ the run stored into the same tables — its records, quarantine rows and ledger 
 hashes as the run left them (read from a first, untimed pipeline run) — the issue's "same rows into
 the same tables with the same indexes".
 
-Last measured (2-vCPU machine whose two CPUs scale ~1.5x, not 2x; 2026-11-30):
-100 k lines, best of 3: SQLite 17.2 k lines/s = 0.51x executemany (33.9 k rows/s), 0.60x all rows;
-PostgreSQL 13.3 k lines/s = 0.92x executemany, 0.40x COPY (33.4 k rows/s), 0.45x all rows (29.8 k
-rows/s) (CPU per line: client 29 + parse workers 76 + server 35 µs; COPY 35 µs per row).
-1 M lines, one run each: SQLite 11.0 k lines/s = 0.73x executemany, 0.78x all rows; PostgreSQL
-12.6 k lines/s = 1.01x executemany, 0.42x COPY, 0.51x all rows (the floors of that run shared the
-machine with a test run: COPY 33.1 s against 28.8 s in a quieter run, which gives 0.36x). Before the
-lookup was forced onto the transaction index (a new store has no statistics: a sequential scan per
-batch), PostgreSQL at 1 M took 165 s, its server 131 s of CPU against the floor's 30 s.
-Target ≥ 0.5×: met against executemany on both and against all rows on SQLite; on PostgreSQL at
-1 M against all rows (0.51x), not at 100 k (0.45x) nor against COPY of the records alone (0.36-0.42x).
+Last measured (2 vCPUs, 2026-11-30; README's performance table keeps the history):
+1 M lines, one run: PostgreSQL 16.0 k lines/s = 0.86x executemany, 0.37x COPY (43 k rows/s), 0.49x all
+rows (CPU per line: client 25 + parse workers 63 + server 28 µs; COPY 27 µs per row).
+100 k lines, best of 3: PostgreSQL 16.6 k lines/s = 0.84x executemany, 0.31x COPY (52.9 k rows/s),
+0.36x all rows; SQLite 16.4 k lines/s = 0.47x executemany, 0.53x all rows.
+Target >= 0.5x: met against executemany on PostgreSQL; not against COPY: both CPUs are busy (1.86 of 2)
+and the pipeline spends ~88 µs of client CPU per line parsing, masking, hashing and ledgering.
 """
 
 from __future__ import annotations
