@@ -168,16 +168,24 @@ def test_the_cover_counts_gaps_and_collector_not_running_like_the_coverage_secti
     assert "Collector not running" in coverage
 
 
-def test_a_pack_of_a_period_no_policy_bundle_evaluated_says_so_and_the_cli_warns(tmp_path, database_url):
+def test_a_pack_of_a_period_no_policy_bundle_evaluated_says_so_and_the_cli_warns(sessions, tmp_path, bundle,
+                                                                                 database_url):
     """A newcomer rendered a pack before any policy evaluation: section 6 said "No findings for the
     period" and the command warned of nothing. Section 6 now says there are none because nothing was
-    evaluated, and `draudit report` warns (stderr), naming the command to run first."""
-    assert CliRunner().invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0
+    evaluated (an observed period), and `draudit report` warns (stderr), naming the command to run first."""
+    with sessions.begin() as s:  # an observed day (every kind synced), no policy evaluation stored
+        cov = []
+        for kind in ("Pod", "ResourceClaim", "ResourceSlice", "DeviceClass"):
+            row = {"cluster": CLUSTER, "kind": kind, "state": "synced", "started_ns": ns(-1), "ended_ns": ns(25)}
+            cov.append({**row, "id": s.execute(insert(CoverageInterval).values(**row).returning(CoverageInterval.id)).scalar_one()})
+        ledger.append(s, "coverage_intervals", cov)
+    pack = render_pack(sessions, PackRequest(PERIOD_FROM, PERIOD_TO, (CLUSTER,), ()), tmp_path / "pack",
+                       policy_bundle=bundle, pdf=False, record=False)
+    text = text_of((pack.path / "index.html").read_text())
+    assert "No findings because no policy bundle was evaluated over the period (section 8)" in text
+    assert "No findings for the period." not in text
     res = CliRunner().invoke(cli, ["report", "--from", "2025-01-01", "--to", "2025-01-02", "--out", str(tmp_path / "p"),
                                    "--database-url", database_url])
     assert res.exit_code == 0, res.output
     assert "draudit: warning: no policy bundle was evaluated over the period" in res.output
     assert "draudit policy eval --from" in res.output
-    text = text_of((tmp_path / "p" / "index.html").read_text())
-    assert "No findings because no policy bundle was evaluated over the period (section 8)" in text
-    assert "No findings for the period." not in text
