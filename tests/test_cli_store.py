@@ -83,3 +83,16 @@ def test_db_current_of_a_missing_sqlite_file_does_not_create_it(tmp_path):
     assert result.exit_code == 2
     assert f"database file {path} does not exist; create the store with `draudit db upgrade" in result.output
     assert not path.exists()
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("postgresql://user@127.0.0.1:1/x?password=secret", "postgresql+psycopg://user@127.0.0.1:1/x?password=***"),
+    ("postgresql://u:secret@127.0.0.1:1/x?sslpassword=secret", "postgresql+psycopg://u:***@127.0.0.1:1/x?sslpassword=***"),
+    ("user:secret@127.0.0.1", "user:***@127.0.0.1"),
+])
+def test_no_error_prints_a_database_password(url, shown):
+    """A tester's finding: a password given as a query parameter (libpq's ``?password=``), or in a
+    URL without a scheme, was printed in full by the connection and 'not a URL' errors."""
+    r = draudit("jobs", "list", "--database-url", url)
+    assert r.returncode == 2 and "secret" not in r.stdout + r.stderr
+    assert shown in r.stderr, r.stderr

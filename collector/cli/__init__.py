@@ -41,7 +41,9 @@ def _database_shown() -> str:
     if not given:
         return ""
     try:
-        return sqlalchemy.engine.make_url(given).render_as_string(hide_password=True) + " "
+        from collector.store.db import shown_url
+
+        return shown_url(given) + " "
     except sqlalchemy.exc.ArgumentError:
         return ""
 

@@ -9,7 +9,7 @@ import click
 from collector.cli.options import (database_option, echo_json, open_store, output_option, require_existing_sqlite_file,
                                    settings_from)
 from collector.store import migrate
-from collector.store.db import make_engine
+from collector.store.db import make_engine, shown_url
 
 
 @click.group("db")
@@ -25,7 +25,7 @@ def db_upgrade(revision: str, database_url: str | None) -> None:
     settings = settings_from(database_url=database_url)
     engine = make_engine(settings.database_url)
     migrate.upgrade(engine, revision)
-    click.echo(f"database {engine.url.render_as_string(hide_password=True)} at revision {migrate.current_revision(engine)}")
+    click.echo(f"database {shown_url(engine.url)} at revision {migrate.current_revision(engine)}")
 
 
 @db_group.command("downgrade")
@@ -40,10 +40,10 @@ def db_downgrade(revision: str, database_url: str | None, yes: bool) -> None:
     engine = make_engine(settings.database_url)
     entries = migrate.ledger_entries(engine)
     if entries and not yes:
-        raise UserError(f"database {engine.url.render_as_string(hide_password=True)} holds {entries} ledger entries of evidence; "
+        raise UserError(f"database {shown_url(engine.url)} holds {entries} ledger entries of evidence; "
                         f"a downgrade to {revision} may delete them — export a pack first, then repeat with --yes")
     migrate.downgrade(engine, revision)
-    click.echo(f"database {engine.url.render_as_string(hide_password=True)} at revision {migrate.current_revision(engine) or 'base'}")
+    click.echo(f"database {shown_url(engine.url)} at revision {migrate.current_revision(engine) or 'base'}")
 
 
 @db_group.command("current")

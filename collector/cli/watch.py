@@ -10,6 +10,7 @@ import threading
 import click
 
 from collector.cli.options import database_option, open_store, settings_from
+from collector.store.db import shown_url
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def watch_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, datab
     _engine, sessions = open_store(settings)
     watcher = _build_watcher(settings, sessions, api_server)
     watcher.start()
-    click.echo(f"draudit watch: recording cluster {settings.cluster!r} into {_engine.url.render_as_string(hide_password=True)}"
+    click.echo(f"draudit watch: recording cluster {settings.cluster!r} into {shown_url(_engine.url)}"
                + ("" if exit_when_synced else " (SIGTERM or Ctrl-C to stop)"), err=True)
     stop = threading.Event()
     try:

@@ -12,6 +12,7 @@ store, so serialising its transactions costs little; PostgreSQL is for concurren
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -26,6 +27,21 @@ from collector.errors import UserError
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
+_SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "sslpassword", "passfile"})
+
+
+def shown_url(url: Any) -> str:
+    """``url`` (a URL object or text) as it may be printed: the userinfo password and any query
+    parameter that carries one (``?password=…``, libpq's ``sslpassword``) replaced by ``***``. Text
+    that does not parse as a URL has a ``user:secret@`` part masked the same way."""
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        return re.sub(r"(?<=:)[^:@/\s]+(?=@)", "***", str(url))
+    query = {k: ("***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()}
+    return parsed.set(query=query).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
 def normalise_url(url: str) -> str:
     """Map ``postgresql://`` and ``postgres://`` URLs to the psycopg 3 driver we ship.
 
@@ -36,7 +52,7 @@ def normalise_url(url: str) -> str:
         parsed = make_url(url)
     except ArgumentError:
         raise UserError(
-            f"database URL {url!r} is not a URL; use sqlite:///path/to/draudit.db or "
+            f"database URL {shown_url(url)!r} is not a URL; use sqlite:///path/to/draudit.db or "
             "postgresql://user@host:5432/dbname (DRAUDIT_DATABASE_URL or --database-url)"
         ) from None
     backend = parsed.get_backend_name()
@@ -44,7 +60,7 @@ def normalise_url(url: str) -> str:
         parsed = parsed.set(drivername="postgresql+psycopg")
     elif backend != "sqlite":
         raise UserError(
-            f"database URL {parsed.render_as_string(hide_password=True)!r}: backend {backend!r} is not supported; "
+            f"database URL {shown_url(parsed)!r}: backend {backend!r} is not supported; "
             "use sqlite:/// or postgresql://"
         )
     return parsed.render_as_string(hide_password=False)
@@ -126,7 +142,7 @@ def check_connection(engine: Engine) -> None:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
     except OperationalError as exc:
-        where = engine.url.render_as_string(hide_password=True)
+        where = shown_url(engine.url)
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         raise UserError(
             f"cannot connect to database {where}: {reason} — start the database or fix DRAUDIT_DATABASE_URL / --database-url"

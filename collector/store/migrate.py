@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 
 import migrations
 from collector.errors import UserError
-from collector.store.db import check_connection
+from collector.store.db import check_connection, shown_url
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 _MIGRATION_LOCK_KEY = 0x6472616D6967  # "dramig"
@@ -89,7 +89,7 @@ def require_current_schema(engine: Engine) -> None:
     """
     current = current_revision(engine)
     head = head_revision()
-    where = engine.url.render_as_string(hide_password=True)
+    where = shown_url(engine.url)
     if current == head:
         return
     if current is None:
