@@ -184,8 +184,12 @@ def test_a_pack_of_a_period_no_policy_bundle_evaluated_says_so_and_the_cli_warns
     text = text_of((pack.path / "index.html").read_text())
     assert "No findings because no policy bundle was evaluated over the period (section 8)" in text
     assert "No findings for the period." not in text
-    res = CliRunner().invoke(cli, ["report", "--from", "2025-01-01", "--to", "2025-01-02", "--out", str(tmp_path / "p"),
+    res = CliRunner().invoke(cli, ["report", "--from", "2026-11-28", "--to", "2026-11-29", "--out", str(tmp_path / "p"),
                                    "--database-url", database_url])
     assert res.exit_code == 0, res.output
     assert "draudit: warning: no policy bundle was evaluated over the period" in res.output
     assert "draudit policy eval --from" in res.output
+    # a period nobody observed: the pack says an evaluation finds nothing to decide on; no advice to run one
+    res = CliRunner().invoke(cli, ["report", "--from", "2025-01-01", "--to", "2025-01-02", "--out", str(tmp_path / "q"),
+                                   "--database-url", database_url])
+    assert res.exit_code == 0 and "policy eval" not in res.output, res.output

@@ -98,7 +98,10 @@ def _pack_warnings(pack: Path) -> list[str]:
 
     manifest = json.loads((pack / "manifest.json").read_text(encoding="utf-8"))
     warnings = []
-    if not manifest.get("policy_bundles"):
+    # Nothing observed (a scope never recorded, a period the collector did not watch): the pack says
+    # an evaluation would find nothing to decide on; advising one would contradict it.
+    observed = any(k.get("synced_s", 0) > 0 for k in manifest.get("coverage", {}).get("kinds", []))
+    if observed and not manifest.get("policy_bundles"):
         warnings.append("no policy bundle was evaluated over the period, so the pack states no findings (section 6 "
                         "says why); run `draudit policy eval --from … --to …` (or let `draudit run` do it) and render "
                         "the pack again")
