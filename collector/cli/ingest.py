@@ -95,7 +95,8 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         click.echo(f"draudit: warning: cluster {settings.cluster!r} has no watch history in this store (watched: "
                    f"{', '.join(unwatched)}): its records cannot be attributed (unknown-cluster); ingest the same "
                    "files again with --cluster NAME (or DRAUDIT_CLUSTER) — those copies are stored beside these, "
-                   "no conflict", err=True)
+                   "no conflict; these stay (the store is append-only) as unknown-cluster: render packs with "
+                   "--cluster NAME to leave them out", err=True)
     for path, error in ended_early:
         if error is not None:
             click.echo(f"draudit: error: {path}: the gzip data ends early or is corrupt ({type(error).__name__}: {error}); "

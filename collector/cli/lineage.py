@@ -96,7 +96,8 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
                    f"recorded (records without one count as {settings.cluster!r}); the store knows: "
                    f"{', '.join(clusters) or 'no cluster (run `draudit watch` first)'}. A record's cluster "
                    "must be the watcher's: ingest them again with `draudit ingest --cluster NAME` (or "
-                   "DRAUDIT_CLUSTER); those copies are stored beside these, no conflict.")
+                   "DRAUDIT_CLUSTER); those copies are stored beside these, no conflict, and these stay (the "
+                   "store is append-only): render packs with --cluster NAME to leave them out.")
     if pending[PENDING_HISTORY]:
         click.echo(f"pending: {pending[PENDING_HISTORY]} transaction(s) later than, or within {settings.clock_skew_s:g} s "
                    "of, what the live watcher has recorded so far wait for its history (a run once it has "
