@@ -79,8 +79,25 @@ def _gzip_intact(archive: Path) -> None:
             pass
 
 
+# How a pack archive starts: gzip, bzip2 or xz magic bytes, or a tar header (POSIX "ustar" magic at
+# offset 257; tarfile writes it in every format it makes).
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+
+
+def _looks_like_archive(archive: Path) -> bool:
+    """True when ``archive`` starts as a compressed file or a tar header: a file that does neither
+    (a zeroed header, any other file) is refused at once — ``tarfile.open`` read a 1 GiB file of
+    zeros for 89 s before saying nothing."""
+    with archive.open("rb") as f:
+        head = f.read(512)
+    return head.startswith(_COMPRESSED_MAGIC) or head[257:262] == b"ustar"
+
+
 def _verify_archive(archive: Path, public_key: Ed25519PublicKey | None) -> list[Check]:
     try:
+        if not _looks_like_archive(archive):
+            raise UserError(f"pack {archive}: not a directory or a tar / tar.gz archive; give the pack directory "
+                            "or the archive `draudit report --archive` wrote")
         _gzip_intact(archive)
     except _DAMAGED as exc:
         return [Check("archive", False, f"{archive.name} is truncated or corrupt ({type(exc).__name__}: {exc}); "
