@@ -1562,7 +1562,7 @@ def _empty_trace(transaction_id: str) -> dict[str, Any]:
         "device": {"driver": None, "pool": None, "device": None},
         "device_uuid": None, "physical_gpu_uuid": None, "product": None, "mig_profile": None, "co_tenants": [],
         "conflict": False, "record_id": None, "cluster": None, "container": None, "decision": None,
-        "candidates": None, "attribution": None,
+        "candidates": None, "attribution": None, "identity_conflict": [],
     }
 
 

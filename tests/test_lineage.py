@@ -468,7 +468,8 @@ def test_trace_document_and_co_tenants(hist):
     first = docs[0]
     assert list(first) == ["transaction_id", "time", "status", "reason", "pod", "claim", "device", "device_uuid",
                            "physical_gpu_uuid", "product", "mig_profile", "co_tenants", "conflict",
-                           "record_id", "cluster", "container", "decision", "candidates", "attribution"]
+                           "record_id", "cluster", "container", "decision", "candidates", "attribution",
+                           "identity_conflict"]
     assert first == {
         "transaction_id": "txn-7781", "time": "2026-11-29T09:01:30.25Z", "status": "exact", "reason": None,
         "pod": {"namespace": NS, "name": "fraud-scorer-0", "uid": scorer, "node": "gpu-node-a"},
@@ -478,7 +479,7 @@ def test_trace_document_and_co_tenants(hist):
         "mig_profile": "3g.40gb",
         "co_tenants": [{"namespace": "genai", "pod": "chatbot-5b6c7d-k2l3m", "pod_uid": other, "claim": "chatbot-mig"}],
         "conflict": False, "record_id": kept, "cluster": CLUSTER, "container": "triton", "decision": "APPROVE",
-        "candidates": 1, "attribution": "stored",
+        "candidates": 1, "attribution": "stored", "identity_conflict": [],
     }
     assert docs[1]["time"] == "2026-11-29T09:01:31Z" and docs[1]["status"] == "exact" and docs[1]["conflict"] is True
     # the two records of one id differ in more than the flag: which record, what it decided
