@@ -155,6 +155,9 @@ class PackResult:
     signed: bool = False
     files: list[FileDigest] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)  # wall seconds per phase (for benchmarks and logs)
+    observed: bool = True  # the collector ran at some point of the period (what the pack's sections say)
+    bundles_evaluated: int = 0  # policy bundle revisions evaluated over the period
+    not_attributed: int = 0  # transactions of the period no attribution run has processed yet
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds of this process (all threads) per phase
 
 
@@ -622,7 +625,10 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     result = PackResult(out_dir, pack_id, sha256_hex(data), context["counts"], signed=signed, files=files,
-                        timings_s=timings, cpu_s=cpu)
+                        timings_s=timings, cpu_s=cpu, observed=context["observed"],
+                        bundles_evaluated=len(context["bundles"]),
+                        not_attributed=sum(r["count"] for r in context["lineage_by_status"]
+                                           if r["status"] == pop.NOT_ATTRIBUTED))
     log.info("pack %s rendered: %s", pack_id, ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
     if archive:
         result.archive = write_archive(out_dir, out_dir.with_name(out_dir.name + ".tar.gz"), scope.to_ns)

@@ -86,32 +86,23 @@ def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, 
         click.echo(f"archive {result.archive}")
     click.echo(f"manifest sha256 {result.manifest_sha256}; "
                + ("recorded in evidence_packs and the ledger" if result.recorded else "already recorded"))
-    for warning in _pack_warnings(result.path):
+    for warning in _pack_warnings(result):
         click.echo(f"draudit: warning: {warning}", err=True)
 
 
-def _pack_warnings(pack: Path) -> list[str]:
-    """What an auditor would otherwise find only inside the pack: no policy bundle evaluated over the
-    period (its findings section is empty for that reason), transactions not attributed yet."""
-    import csv
-    import json
-
-    manifest = json.loads((pack / "manifest.json").read_text(encoding="utf-8"))
+def _pack_warnings(result) -> list[str]:
+    """What an auditor would otherwise find only inside the pack (``reports.render.PackResult``): no
+    policy bundle evaluated over an observed period (its findings section is empty for that reason;
+    for a period nothing observed the pack says an evaluation finds nothing to decide on, and
+    advising one would contradict it), transactions not attributed yet."""
     warnings = []
-    # Nothing observed (a scope never recorded, a period the collector did not watch): the pack says
-    # an evaluation would find nothing to decide on; advising one would contradict it.
-    observed = any(k.get("synced_s", 0) > 0 for k in manifest.get("coverage", {}).get("kinds", []))
-    if observed and not manifest.get("policy_bundles"):
+    if result.observed and not result.bundles_evaluated:
         warnings.append("no policy bundle was evaluated over the period, so the pack states no findings (section 6 "
                         "says why); run `draudit policy eval --from … --to …` (or let `draudit run` do it) and render "
                         "the pack again")
-    lineage = pack / "data" / "transaction_lineage.csv"
-    if lineage.exists():
-        with lineage.open(newline="", encoding="utf-8") as f:
-            pending = sum(1 for row in csv.DictReader(f) if row.get("status") == "not-attributed-yet")
-        if pending:
-            warnings.append(f"{pending} transaction(s) of the period are not attributed yet (shown as "
-                            "not-attributed-yet); run `draudit attribute` and render the pack again")
+    if result.not_attributed:
+        warnings.append(f"{result.not_attributed} transaction(s) of the period are not attributed yet (shown as "
+                        "not-attributed-yet); run `draudit attribute` and render the pack again")
     return warnings
 
 
