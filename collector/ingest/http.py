@@ -207,10 +207,10 @@ def _request_id(request: Request) -> str:
     return _given_request_id(request) or uuid.uuid4().hex
 
 
-def _body_request_id(request: Request, body: bytes, key: bytes) -> str:
+def _body_request_id(request: Request, body: bytes, settings: Settings) -> str:
     """The request's id once its body is read: the client's (``_given_request_id``), else ``body-``
-    and the first 32 hex digits of the HMAC-SHA256 (RFC 2104) of the (decompressed) body under
-    ``key`` (the server's ingest token).
+    and the first 32 hex digits of the HMAC-SHA256 (RFC 2104) of the (decompressed) body under the
+    server's ingest token (``settings``; ``_check_token`` has let the request in, so there is one).
 
     Why: a shipper that did not get the answer (timeout, restart) sends the same body again, usually
     without a request id (Fluent Bit, Vector). Records are deduplicated by content anyway, but a
@@ -222,7 +222,11 @@ def _body_request_id(request: Request, body: bytes, key: bytes) -> str:
     A token rotation changes the ids of bodies re-sent afterwards (a quarantined line of such a
     retry is stored once more).
     """
-    return _given_request_id(request) or "body-" + hmac.new(key, body, hashlib.sha256).hexdigest()[:32]
+    given = _given_request_id(request)
+    if given:
+        return given
+    key = (settings.resolved_ingest_token() or "").encode("utf-8")
+    return "body-" + hmac.new(key, body, hashlib.sha256).hexdigest()[:32]
 
 
 def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
@@ -284,7 +288,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
         _reject_msgpack(ctype)
         body = await read_body(request, settings.ingest_max_body_bytes)
         _reject_msgpack(ctype, body)
-        request_id = _body_request_id(request, body, (settings.resolved_ingest_token() or "").encode("utf-8"))
+        request_id = _body_request_id(request, body, settings)
         source = f"http:{request_id}"
 
         def work() -> dict[str, Any]:
@@ -301,7 +305,7 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
             raise HttpProblem(415, f"Content-Type {ctype or '(none)'!r} is not OTLP; send application/x-protobuf or application/json")
         as_json = ctype == "application/json"
         body = await read_body(request, settings.ingest_max_body_bytes)
-        request_id = _body_request_id(request, body, (settings.resolved_ingest_token() or "").encode("utf-8"))
+        request_id = _body_request_id(request, body, settings)
         source = f"http:{request_id}"
 
         def work() -> tuple[bytes, str]:

@@ -381,7 +381,7 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                 lr = _dict(lr)
                 warnings: list[str] = []
                 sev = lr.get("severityNumber")
-                problems = [p for p in (_time_problem(lr, "timeUnixNano"),) if p]
+                problem = _time_problem(lr, "timeUnixNano")
                 observed = _observed_time(_int(lr.get("observedTimeUnixNano")),
                                           _time_problem(lr, "observedTimeUnixNano"), warnings)
                 tally = in_resource.copy()  # every record carries its resource's values
@@ -401,7 +401,7 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                     span_id=_hex_id(lr.get("spanId"), 16, "spanId", warnings),
                     flags=_int(lr.get("flags")),
                     event_name=lr.get("eventName") if isinstance(lr.get("eventName"), str) else None,
-                    warnings=warnings, problems=problems,
+                    warnings=warnings, problems=[problem] if problem else [],
                 )
 
 
@@ -503,11 +503,11 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
                 tally = in_resource.copy()
                 body = _pb_any_value(lr.body, tally, "body") if lr.HasField("body") else None
                 attributes = _pb_key_values(lr.attributes, tally)
-                problems = [p for p in (_pan_time_problem("timeUnixNano", lr.time_unix_nano),) if p]
+                problem = _pan_time_problem("timeUnixNano", lr.time_unix_nano)
                 observed = _observed_time(lr.observed_time_unix_nano,
                                           _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano), warnings)
                 yield OtlpLogRecord(
-                    position=f"rl{i}.sl{j}.lr{k}", resource=resource, problems=problems,
+                    position=f"rl{i}.sl{j}.lr{k}", resource=resource, problems=[problem] if problem else [],
                     scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
                     time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=observed,
                     severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,

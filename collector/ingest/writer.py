@@ -78,6 +78,7 @@ EVENT_COLUMNS = ("event_time_ns", "event_time_precision_ns", "model_name", "mode
                  "latency_ms", "trace_id", "span_id")
 IDENTITY_COLUMNS = ("pod_uid", "pod_namespace", "pod_name", "container_name", "node_name")
 _CLUSTER = PREPARED_COLUMNS.index("cluster")
+KNOWN_EVENT_COLUMNS = EVENT_COLUMNS + IDENTITY_COLUMNS + ("cluster",)  # what the lookup reads of a stored record
 _EVENT = [PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS]
 _IDENTITY = [PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS]
 _KEY = PREPARED_COLUMNS.index("dedup_key")
@@ -188,7 +189,7 @@ def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
 
 
 def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    """``(transaction_id, dedup_key, has a decision, *EVENT_COLUMNS, *IDENTITY_COLUMNS, cluster)`` of the stored records among ``txn_ids``
+    """``(transaction_id, dedup_key, has a decision, *KNOWN_EVENT_COLUMNS)`` of the stored records among ``txn_ids``
     (PostgreSQL: one ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
     conn = session.connection()
     if conn.dialect.name == "sqlite":
@@ -212,13 +213,13 @@ def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any,
         yield from rows
         return
     stmt = select(INFERENCE.c.transaction_id, INFERENCE.c.dedup_key, INFERENCE.c.decision.is_not(None),
-                  *[INFERENCE.c[c] for c in EVENT_COLUMNS + IDENTITY_COLUMNS + ("cluster",)]).where(
+                  *[INFERENCE.c[c] for c in KNOWN_EVENT_COLUMNS]).where(
         INFERENCE.c.transaction_id.in_(bindparam("ids", expanding=True)))
     for i in range(0, len(txn_ids), LOOKUP_CHUNK):
         yield from session.execute(stmt, {"ids": list(txn_ids[i:i + LOOKUP_CHUNK])})
 
 
-_KNOWN_COLUMNS = "transaction_id, dedup_key, decision IS NOT NULL, " + ", ".join(EVENT_COLUMNS + IDENTITY_COLUMNS + ("cluster",))
+_KNOWN_COLUMNS = "transaction_id, dedup_key, decision IS NOT NULL, " + ", ".join(KNOWN_EVENT_COLUMNS)
 PG_KNOWN_SQL = f"SELECT {_KNOWN_COLUMNS} FROM inference_records WHERE transaction_id = ANY(%s)"
 
 
