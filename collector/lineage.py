@@ -280,6 +280,14 @@ def _bound_above(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnEle
     return _Least(*[func.coalesce(case((b > t, b)), POS_INF_NS) for b in bounds])
 
 
+def _nearest(rows: Any, name: str) -> Any:
+    """CTE ``name`` of ``(pid, near_lo, near_hi)``: per point of ``rows`` (a selectable of those
+    three), its latest bound below and earliest above."""
+    sub = rows.subquery(f"{name}_rows")
+    return select(sub.c.pid, func.max(sub.c.near_lo).label("near_lo"), func.min(sub.c.near_hi).label("near_hi")
+                  ).group_by(sub.c.pid).cte(name)
+
+
 def _only(value: ColumnElement) -> ColumnElement:
     """Aggregate: the value if the group has exactly one distinct non-NULL value, else NULL.
 
@@ -439,12 +447,10 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
                       _bound_above(near_bounds, P.c.t).label("near_hi")).select_from(
             P.join(ps_near, and_(ps_near.c.cluster == P.c.cluster, on))).where(P.c.in_gap == 0, *where)
 
-    near_rows = union_all(
+    podnear = _nearest(union_all(
         near_of(ps_near.c.pod_uid == P.c.pod_uid, P.c.pod_uid.is_not(None)),
         near_of(and_(ps_near.c.namespace == P.c.pod_namespace, ps_near.c.name == P.c.pod_name), P.c.pod_uid.is_(None)),
-    ).subquery("near_rows")
-    podnear = select(near_rows.c.pid, func.max(near_rows.c.near_lo).label("near_lo"),
-                     func.min(near_rows.c.near_hi).label("near_hi")).group_by(near_rows.c.pid).cte("podnear")
+    ), "podnear")
 
     # podone: points whose pod resolved to exactly one uid, with the container whose claims count.
     pod_ns = func.coalesce(podagg.c.namespace, P.c.pod_namespace)
@@ -620,9 +626,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
                             ds_near.c.pool == ar_near.c.pool, ds_near.c.device == ar_near.c.device,
                             ~_valid_at(ds_near, stops.c.t)))
     ).where(stops.c.level == "device")
-    broken_rows = union_all(claim_near, allocation_near, device_near).subquery("broken_rows")
-    brokenear = select(broken_rows.c.pid, func.max(broken_rows.c.near_lo).label("near_lo"),
-                       func.min(broken_rows.c.near_hi).label("near_hi")).group_by(broken_rows.c.pid).cte("brokenear")
+    brokenear = _nearest(union_all(claim_near, allocation_near, device_near), "brokenear")
 
 
     # Decision, in the order of the chain (coverage first: inside a gap nothing is exact).
