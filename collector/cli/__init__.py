@@ -7,11 +7,9 @@ import importlib
 import tarfile
 import zlib
 import logging
-import os
 import sys
 
 import click
-import sqlalchemy.engine
 import sqlalchemy.exc
 
 from collector import __version__
@@ -30,22 +28,14 @@ COMMAND_MODULES = [
 ]
 
 
-def _database_shown() -> str:
-    """The database URL this command was given (``--database-url``, else ``DRAUDIT_DATABASE_URL``),
-    password hidden, followed by a space; empty when neither names one."""
-    args = sys.argv[1:]
-    given = next((a.split("=", 1)[1] for a in args if a.startswith("--database-url=")), None)
-    if given is None and "--database-url" in args[:-1]:
-        given = args[args.index("--database-url") + 1]
-    given = given or os.environ.get("DRAUDIT_DATABASE_URL")
-    if not given:
-        return ""
-    try:
-        from collector.store.db import shown_url
+def _database_shown(ctx: click.Context) -> str:
+    """The database URL the command used (``options.settings_from`` records it), password hidden,
+    followed by a space; empty before any was resolved."""
+    from collector.cli.options import DATABASE_URL_META
+    from collector.store.db import shown_url
 
-        return shown_url(given) + " "
-    except sqlalchemy.exc.ArgumentError:
-        return ""
+    url = ctx.meta.get(DATABASE_URL_META)
+    return shown_url(url) + " " if url else ""
 
 
 class _Main(click.Group):
@@ -62,7 +52,7 @@ class _Main(click.Group):
             if type(exc) not in (sqlalchemy.exc.OperationalError, sqlalchemy.exc.DatabaseError, sqlalchemy.exc.InterfaceError):
                 raise
             first = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-            click.echo(f"draudit: error: the database {_database_shown()}cannot be used: {first} "
+            click.echo(f"draudit: error: the database {_database_shown(ctx)}cannot be used: {first} "
                        "(check --database-url / DRAUDIT_DATABASE_URL)", err=True)
             sys.exit(2)
         except (EOFError, gzip.BadGzipFile, zlib.error, tarfile.ReadError) as exc:

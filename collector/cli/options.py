@@ -41,7 +41,7 @@ def settings_from(**overrides: Any) -> Settings:
     """
     settings = load_settings()  # a bad environment value fails here, named by its variable
     try:
-        return settings.with_overrides(**overrides)
+        settings = settings.with_overrides(**overrides)
     except UserError as exc:
         message = str(exc)
         for name, value in overrides.items():
@@ -49,6 +49,13 @@ def settings_from(**overrides: Any) -> Settings:
             if value is not None and var and message.startswith((var + " ", var + "=")):
                 message = _FLAG_OF.get(name, f"--{name.replace('_', '-')}") + message[len(var):]
         raise UserError(message, exc.exit_code) from None
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # the store this command uses, for an error about it (``cli._Main``)
+        ctx.meta[DATABASE_URL_META] = settings.database_url
+    return settings
+
+
+DATABASE_URL_META = "draudit.database_url"
 
 
 def open_store(settings: Settings, *, check_schema: bool = True):
