@@ -115,12 +115,10 @@ def _unwatched_cluster(sessions, cluster: str) -> list[str] | None:
     """The clusters the store's watcher recorded, when ``cluster`` (the one this run stamped on its
     records) is not among them; None when it is, or when the store has no watch history at all (an
     ingest-only store: attribution names no cluster then)."""
-    from sqlalchemy import select, union
-
-    from collector.store.models import CoverageInterval, WatchState
+    from collector.lineage import known_clusters
 
     with sessions() as session:
-        watched = sorted(session.execute(union(select(WatchState.cluster), select(CoverageInterval.cluster))).scalars())
+        watched = known_clusters(session)
     return watched if watched and cluster not in watched else None
 
 
