@@ -52,6 +52,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
@@ -79,8 +80,8 @@ EVENT_COLUMNS = ("event_time_ns", "event_time_precision_ns", "model_name", "mode
 IDENTITY_COLUMNS = ("pod_uid", "pod_namespace", "pod_name", "container_name", "node_name")
 _CLUSTER = PREPARED_COLUMNS.index("cluster")
 KNOWN_EVENT_COLUMNS = EVENT_COLUMNS + IDENTITY_COLUMNS + ("cluster",)  # what the lookup reads of a stored record
-_EVENT = [PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS]
-_IDENTITY = [PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS]
+_EVENT = itemgetter(*[PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS])  # values → EVENT_COLUMNS tuple, in C
+_IDENTITY = itemgetter(*[PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS])
 _KEY = PREPARED_COLUMNS.index("dedup_key")
 _DECISION = PREPARED_COLUMNS.index("decision")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
@@ -149,7 +150,7 @@ def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], dict[str
 
 
 def _event(values: tuple[Any, ...]) -> Event:
-    return tuple(values[i] for i in _EVENT), tuple(values[i] for i in _IDENTITY), values[_CLUSTER]
+    return _EVENT(values), _IDENTITY(values), values[_CLUSTER]
 
 
 def _same_values(event: Event, other: Event) -> bool:
