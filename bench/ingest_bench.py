@@ -330,6 +330,14 @@ def pipeline(url: str, path: Path, settings: Settings, workers: int | None = Non
     return counts.as_dict(), Timing(counts.read, elapsed, cpu, server_s, workers_s)
 
 
+def _cpus() -> int:
+    """CPUs this process may run on (client, parse workers and, on this machine, the server share them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def _children_cpu_s() -> float:
     """User + system CPU seconds of this process's reaped children (the parse workers)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -387,12 +395,17 @@ def main() -> None:
             for name, runs in raws.items():
                 print(f"{backend:10s} raw {name:11s} (best of {args.repeat}): {_show(min(runs, key=lambda t: t.wall_s), 'rows')}")
             print(f"{backend:10s} pipeline        (best of {args.repeat}): {_show(pipe, 'lines')}  {counts}")
+            cpus = _cpus()
+            ceiling = cpus * pipe.n / pipe.cpu_s  # every CPU busy all the time with the pipeline's CPU per line
             for name, runs in raws.items():
                 raw = min(runs, key=lambda t: t.wall_s)
                 wall_ratio = (pipe.n / pipe.wall_s) / (raw.n / raw.wall_s)
                 cpu_ratio = (pipe.n / pipe.cpu_s) / (raw.n / raw.cpu_s)
                 print(f"{backend:10s} ratio pipeline/raw {name} = {wall_ratio:.2f} by wall time, {cpu_ratio:.2f} by CPU "
-                      "time (target ≥ 0.5)", flush=True)
+                      f"time (target ≥ 0.5); at most {ceiling / (raw.n / raw.wall_s):.2f} by wall time on {cpus} CPUs "
+                      "with this CPU per line", flush=True)
+            print(f"{backend:10s} pipeline used {pipe.cpu_s / pipe.wall_s:.2f} of {cpus} CPUs; {ceiling:,.0f} lines/s "
+                  "if all were busy", flush=True)
             drop_source()
 
 
