@@ -66,7 +66,56 @@ def test_array_file_with_trailing_text_and_an_empty_element(tmp_path, database_u
     assert (counts["read"], counts["stored"], counts["quarantined"]) == (4, 2, 2)
     stored, quarantined = _positions(sessions)
     assert [p for p, _txn in stored] == ["element 1", "element 3"]
-    assert quarantined == [("element 2", "unparseable"), ("element 4", "unparseable")]
+    # the text after the array is read as lines of the file, positioned by their line number
+    trailing_line = body.splitlines().index("this line is not part of the array") + 1
+    assert quarantined == [("element 2", "unparseable"), (str(trailing_line), "unparseable")]
+
+
+def _ecs_line(txn: str, decision: str = "APPROVE") -> str:
+    return json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "log.level": "INFO", "log.logger": "com.example.Scoring",
+                       "message": "scored", "txn_id": txn, "decision": decision, "ecs.version": "8.11"})
+
+
+@pytest.mark.parametrize("first", [
+    "[0.011s][warning][os,thread] Failed to start thread \"GC Thread#0\" - pthread_create failed (EPERM)",
+    "[main] INFO  o.s.b.StartupInfoLogger - Starting FraudApi using Java 21",
+    "[]  the empty brackets of a plain-text line, then text",
+], ids=["jvm-unified-logging", "logback-pattern", "brackets-then-text"])
+def test_a_text_first_line_with_a_bracket_does_not_make_the_file_an_array(tmp_path, database_url, sessions, first):
+    # A JVM warning (unified logging) or a Logback pattern line often comes first on stdout: the
+    # file is JSON lines after it, every one of them read.
+    path = tmp_path / "app.log"
+    path.write_text(first + "\n" + "".join(_ecs_line(f"BR-{i}") + "\n" for i in range(1, 6)), encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 6, "stored": 5, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [(str(i + 1), f"BR-{i}") for i in range(1, 6)]
+    assert quarantined == [("1", "unparseable")]
+    with sessions() as s:
+        assert s.execute(select(Quarantine.raw_text)).scalar_one() == first  # the whole line, brackets included
+
+
+def test_arrays_one_per_line_are_all_read_then_lines_after_them(tmp_path, database_url, sessions):
+    # Saved HTTP batches: one JSON array per line; then JSON lines and a text line appended.
+    batches = [[json.loads(_ecs_line("AR-1")), json.loads(_ecs_line("AR-2"))], [], [json.loads(_ecs_line("AR-3"))]]
+    text = "".join(json.dumps(b) + "\n" for b in batches) + "\n" + _ecs_line("AR-4") + "\nthe end\n"
+    path = tmp_path / "batches.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 5, "stored": 4, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("element 1", "AR-1"), ("element 2", "AR-2"), ("element 3", "AR-3"), ("5", "AR-4")]
+    assert quarantined == [("6", "unparseable")]
+
+
+def test_a_read_error_names_the_input_without_a_traceback(tmp_path, database_url):
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0
+    # Linux: reading /proc/self/mem at offset 0 fails with EIO, as a failing disk does.
+    result = runner.invoke(cli, ["ingest", "/proc/self/mem", "--database-url", database_url])
+    assert result.exit_code != 0
+    assert "/proc/self/mem: cannot read it (Input/output error)" in result.output
+    assert "Traceback" not in result.output and not isinstance(result.exception, OSError)
 
 
 def test_unterminated_array_file_quarantines_its_tail(tmp_path, database_url, sessions):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
@@ -69,7 +70,8 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             _ingest_with_progress(run, paths, inputs, fmt, settings.ingest_max_body_bytes)
         else:
             for path, (stream, _pos, _size) in zip(paths, inputs):
-                _ingest_one(run, stream, _source(path), fmt, settings.ingest_max_body_bytes)
+                with _read_errors_named(run, path):
+                    _ingest_one(run, stream, _source(path), fmt, settings.ingest_max_body_bytes)
         counts = run.finish()
         ended_early = [(path, read_error(stream)) for path, (stream, _pos, _size) in zip(paths, inputs)]
     except parse_pool.WorkerEnded as exc:
@@ -122,6 +124,19 @@ def _unwatched_cluster(sessions, cluster: str) -> list[str] | None:
     return watched if watched and cluster not in watched else None
 
 
+@contextlib.contextmanager
+def _read_errors_named(run, path: str):
+    """Turn a failed read of ``path`` (an I/O error of a failing disk, a stale NFS handle) into a
+    ``UserError`` that names it; what earlier batches committed stays stored."""
+    try:
+        yield
+    except OSError as exc:
+        run.close()
+        raise UserError(f"{'stdin' if path == '-' else path}: reading it failed ({exc.strerror or exc}) after "
+                        f"{run.counts.read} lines of this run; the lines committed before stay stored — fix the "
+                        "input and run the same command again (stored lines are found as duplicates)") from None
+
+
 def nothing_accepted(counts) -> bool:
     """Lines were read but none was stored or recognised as already stored (exit status 1)."""
     return counts.read > 0 and counts.stored + counts.duplicates == 0
@@ -135,8 +150,9 @@ def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
                   console=Console(stderr=True), transient=True) as progress:
         for path, (stream, position, size) in zip(paths, inputs):
             task = progress.add_task(path, total=size)
-            _ingest_one(run, stream, _source(path), fmt, max_bytes,
-                        on_line=lambda: progress.update(task, completed=position()))
+            with _read_errors_named(run, path):
+                _ingest_one(run, stream, _source(path), fmt, max_bytes,
+                            on_line=lambda: progress.update(task, completed=position()))
             progress.update(task, completed=size or position())
 
 
@@ -202,23 +218,76 @@ def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None
 _ARRAY_PEEK = 4096
 
 
+_WHITESPACE = b" \t\r\n"
+
+
 def _starts_json_array(stream) -> bool:
-    """True when the input's first non-whitespace byte (after a UTF-8 byte order mark, within the
-    first ``_ARRAY_PEEK`` bytes) is ``[``: one JSON array of records, as Fluent Bit's ``format json``
-    or Vector's ``codec: json`` write it, often pretty-printed over many lines. No log line format
-    starts with ``[`` (a CRI line starts with its time, JSON lines with ``{``)."""
-    head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf")
-    return head.lstrip(b" \t\r\n")[:1] == b"["
+    """True when the input (after a UTF-8 byte order mark, within the first ``_ARRAY_PEEK``
+    bytes) starts like a JSON array of records: ``[`` and then, after whitespace, ``{`` or the
+    closing ``]`` — as Fluent Bit's ``format json`` or Vector's ``codec: json`` write one, often
+    pretty-printed over many lines. A text line that starts with a bracket (a JVM warning
+    ``[0.011s][warning]…``, Logback's ``[main] INFO …``) is no array: the input is read line by line."""
+    return _array_start(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf"))
+
+
+def _array_start(head: bytes) -> bool:
+    """``head`` (the first bytes of an input) starts with ``[`` followed by ``{``, or is an empty
+    array ``[]`` alone on its line (whitespace allowed between)."""
+    head = head.lstrip(_WHITESPACE)
+    after = head[1:].lstrip(_WHITESPACE)
+    if head[:1] != b"[" or after[:1] not in (b"{", b"]"):
+        return False
+    return after[:1] == b"{" or after[1:].lstrip(b" \t\r")[:1] in (b"\n", b"")
 
 
 def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> None:
     """Every element of the JSON array in ``stream``, read piece by piece (``jsonarray``): positions
     ``element <i>``, ``read`` counts elements. An element is held to the line limit, or to the body
-    limit ``max_bytes`` when it is an OTLP/JSON export request (``LineParser.feed_bytes``)."""
-    from collector.ingest.jsonarray import JsonArrayElements, feed_elements
+    limit ``max_bytes`` when it is an OTLP/JSON export request (``LineParser.feed_bytes``).
+
+    What follows the array is read too, nothing dropped: further arrays (one per line, as saved
+    HTTP batches are; their elements numbered on), and any other text line by line, each line
+    positioned by its number in the input."""
+    from collector.ingest.jsonarray import CHUNK_BYTES, JsonArrayElements, feed_elements
 
     limit = max(run.parser.max_line_bytes, max_bytes)
-    feed_elements(run, JsonArrayElements(stream, limit), source, on_element=on_line)
+    counted = _CountingReader(stream)
+    reader = counted
+    last = 0
+    while True:
+        elements = JsonArrayElements(reader, limit, keep_after=True)
+        last = feed_elements(run, elements, source, on_element=on_line, first=last + 1)
+        if elements.after is None:  # the input ended inside the array (its tail quarantined)
+            return
+        after = elements.after.lstrip(_WHITESPACE)
+        while len(after) < _ARRAY_PEEK:  # enough to tell what comes next
+            more = counted.read(CHUNK_BYTES)
+            if not more:
+                break
+            after = (after + more).lstrip(_WHITESPACE)
+        if not after:
+            return
+        if _array_start(after):
+            reader = _Prefixed(after, counted)
+            continue
+        # Lines before ``after``: every newline read, less those still ahead in ``after``.
+        first_line = counted.newlines - after.count(b"\n") + 1
+        run.ingest_stream(io.BufferedReader(_Prefixed(after, counted), 1 << 20), source, on_line=on_line,
+                          first_line=first_line)
+        return
+
+
+class _CountingReader:
+    """``read`` of ``stream`` that counts the newline bytes read (the line number where a JSON array ends)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.newlines = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self.newlines += data.count(b"\n")
+        return data
 
 
 def _otlp_document(stream, max_bytes: int):

@@ -53,6 +53,9 @@ class JsonArrayElements:
     After the iteration, ``rest`` holds the text after the closing bracket, or the unterminated
     last element (``b"[unterminated array]"`` when the array just stops), stripped, at most
     ``rest_bytes`` bytes of it (``rest_truncated`` then True); None when there is nothing.
+    ``keep_after``: once the array has closed, the stream is not read on; ``after`` holds the bytes
+    read past the closing bracket, as read (the caller reads what follows them from the stream),
+    and ``rest`` stays None (an unterminated array still gives its ``rest``).
 
     Raises:
         NotAnArray: (on the first ``next``) the stream does not start with ``[`` (after an optional
@@ -60,13 +63,15 @@ class JsonArrayElements:
     """
 
     def __init__(self, stream: BinaryIO, max_element_bytes: int, *, chunk_bytes: int = CHUNK_BYTES,
-                 rest_bytes: int | None = REST_BYTES) -> None:
+                 rest_bytes: int | None = REST_BYTES, keep_after: bool = False) -> None:
         self._stream = stream
         self._limit = max_element_bytes
         self._chunk = chunk_bytes
         self._rest_bytes = rest_bytes
+        self._keep_after = keep_after
         self.rest: bytes | None = None
         self.rest_truncated = False
+        self.after: bytes | None = None
 
     def _read(self) -> bytes:
         return self._stream.read(self._chunk)
@@ -114,7 +119,10 @@ class JsonArrayElements:
                         if depth == 0:
                             if any_comma or buf[elem:at].strip(_WHITESPACE) or kept is not None:
                                 yield self._element(buf[elem:at], kept, dropped)
-                            self._set_rest(buf[pos:], eof)
+                            if self._keep_after:
+                                self.after = buf[pos:]
+                            else:
+                                self._set_rest(buf[pos:], eof)
                             return
                     else:  # a comma between elements (_SKIP_NESTED skips the others)
                         any_comma = True
@@ -156,16 +164,18 @@ class JsonArrayElements:
         self.rest = rest or None
 
 
-def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_element: Any = None) -> None:
-    """Parse every element of ``elements`` into ``run`` (an ``IngestRun``; no commit).
+def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_element: Any = None,
+                  first: int = 1) -> int:
+    """Parse every element of ``elements`` into ``run`` (an ``IngestRun``; no commit); returns
+    the number of the last position taken (``first - 1`` when none).
 
-    Each element is one unit positioned ``element <i>``, so ``read`` counts elements; an empty
-    element and the text after the array (or its unterminated tail) are quarantined as
-    ``unparseable`` at the position they take.
+    Each element is one unit positioned ``element <i>`` (from ``first``: the arrays of one file
+    are numbered on), so ``read`` counts elements; an empty element and the text after the array
+    (or its unterminated tail) are quarantined as ``unparseable`` at the position they take.
     """
     parser = run.parser
-    n = 0
-    for n, (data, total) in enumerate(elements, start=1):
+    n = first - 1
+    for n, (data, total) in enumerate(elements, start=first):
         position = f"element {n}"
         if data:
             run.add(parser.feed_bytes(data, source, position, total if total != len(data) else None))
@@ -175,6 +185,8 @@ def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_elem
         if on_element is not None and n % 1024 == 0:
             on_element()
     if elements.rest is not None:
+        n += 1
         run.add([parser.reject(elements.rest.decode("utf-8", "replace"),
                                "unparseable: data after the JSON array or an unterminated array", source,
-                               f"element {n + 1}", truncated=elements.rest_truncated)])
+                               f"element {n}", truncated=elements.rest_truncated)])
+    return n

@@ -83,7 +83,7 @@ READ_BYTES = 1 << 20  # one read of the input by iter_chunks
 
 
 def iter_chunks(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: int | None = None,
-                is_document: Callable[[bytes], bool] | None = None) -> Iterator[parse_pool.Chunk]:
+                is_document: Callable[[bytes], bool] | None = None, first_line: int = 1) -> Iterator[parse_pool.Chunk]:
     """The lines of ``stream`` as ``parse_pool.Chunk`` s of ``parse_pool.CHUNK_LINES`` lines (fewer
     once they hold ``parse_pool.CHUNK_BYTES`` bytes, at least one line), numbered from 1.
 
@@ -99,7 +99,7 @@ def iter_chunks(stream: BinaryIO, max_line_bytes: int, *, max_document_bytes: in
     chunk_lines, chunk_bytes = parse_pool.CHUNK_LINES, parse_pool.CHUNK_BYTES
     documents = max_document_bytes is not None and max_document_bytes > max_line_bytes and is_document is not None
     read = getattr(stream, "read1", None) or stream.read
-    buf, pos, eof, number = b"", 0, False, 1
+    buf, pos, eof, number = b"", 0, False, first_line
     while True:
         parts: list[bytes] = []
         special: dict[int, tuple[bytes, int | None]] | None = None
@@ -229,7 +229,7 @@ def open_input(path: str) -> tuple[BinaryIO, Callable[[], int], int | None]:
         file (for progress), ``size`` its length when known.
 
     Raises:
-        UserError: the file cannot be opened.
+        UserError: the file cannot be opened, or its first read fails.
     """
     if path == "-":
         raw: BinaryIO = sys_stdin_buffer()
@@ -241,7 +241,12 @@ def open_input(path: str) -> tuple[BinaryIO, Callable[[], int], int | None]:
         except OSError as exc:
             raise UserError(f"{path}: cannot open it ({exc.strerror}); give a readable log file, a .gz, or - for stdin") from None
     buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
-    head = buffered.peek(2)[:2]
+    try:
+        head = buffered.peek(2)[:2]
+    except OSError as exc:  # an I/O error on the first read (a failing disk, a stale NFS handle)
+        buffered.close()
+        raise UserError(f"{'stdin' if path == '-' else path}: cannot read it ({exc.strerror or exc}); give a "
+                        "readable log file, a .gz, or - for stdin") from None
 
     def position() -> int:
         try:
@@ -323,8 +328,10 @@ class IngestRun:
             self._write(self._pending)
             self._pending = []
 
-    def ingest_stream(self, stream: BinaryIO, source: str, on_line: Callable[[], None] | None = None) -> None:
-        """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:<id>``).
+    def ingest_stream(self, stream: BinaryIO, source: str, on_line: Callable[[], None] | None = None, *,
+                      first_line: int = 1) -> None:
+        """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:<id>``),
+        numbered from ``first_line`` (the rest of an input after a JSON array).
 
         The input is read in chunks (``iter_chunks``). With parse workers, the first chunk is parsed
         here; the rest go to the workers (a few chunks ahead) and come back in input order. A chunk
@@ -332,7 +339,7 @@ class IngestRun:
         the one sequential parsing gives (see ``parse_pool``). ``on_line`` is called after each chunk.
         """
         chunks = iter_chunks(stream, self.parser.max_line_bytes, max_document_bytes=self.parser.max_document_bytes,
-                             is_document=self.parser.reads_documents)
+                             is_document=self.parser.reads_documents, first_line=first_line)
         for chunk in chunks:
             self._parse_here(chunk, source)
             if on_line is not None:
