@@ -272,3 +272,115 @@ def test_otlp_json_nesting_is_limited_per_record_not_by_the_requests_own_levels(
     path.write_text(json.dumps(_request(ok14, good), indent=1).replace("T-", "T-F"))
     result = CliRunner().invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["stored"] == 2, result.output
+
+
+_VALUE_PATH = "resourceLogs[0].scopeLogs[0].logRecords[0].attributes[1].value"
+
+
+def _attr(value: dict) -> dict:
+    record = _record("T-V")
+    record["attributes"].append({"key": "fraud.flagged", "value": value})
+    return _request(record)
+
+
+@pytest.mark.parametrize("value, reason", [
+    # proto3 JSON takes only true/false: "false" read as a truth value was stored as true
+    ({"boolValue": "false"}, f"{_VALUE_PATH}.boolValue: a string that proto3 JSON does not read as a boolean (true or false)"),
+    ({"intValue": "abc"}, f"{_VALUE_PATH}.intValue: a string that proto3 JSON does not read as a 64-bit integer "
+                          "(a number or a decimal string)"),
+    # str.isdigit() is true for superscripts, which int() refuses: a ValueError answered 500, batch lost
+    ({"intValue": "\u00b2"}, f"{_VALUE_PATH}.intValue: a string that proto3 JSON does not read as a 64-bit integer "
+                             "(a number or a decimal string)"),
+    ({"intValue": "--5"}, f"{_VALUE_PATH}.intValue: a string that proto3 JSON does not read as a 64-bit integer "
+                          "(a number or a decimal string)"),
+    ({"intValue": str(2**63)}, f"{_VALUE_PATH}.intValue: a string that proto3 JSON does not read as a 64-bit integer "
+                               "(a number or a decimal string)"),
+    ({"doubleValue": "abc"}, f"{_VALUE_PATH}.doubleValue: a string that proto3 JSON does not read as a double "
+                             "(a number, its text, NaN or Infinity)"),
+    ({"bytesValue": 123}, f"{_VALUE_PATH}.bytesValue: a number that proto3 JSON does not read as a base64 string"),
+    ({"stringValue": "a", "intValue": "5"}, f"{_VALUE_PATH}: sets stringValue and intValue; an AnyValue holds one of them"),
+])
+def test_an_any_value_of_the_wrong_type_is_refused_naming_it(value, reason):
+    with pytest.raises(OtlpMalformed) as caught:
+        records_from_json(_attr(value))
+    assert caught.value.reason == f"malformed-otlp: {reason}"
+
+
+@pytest.mark.parametrize("value, read", [
+    ({"boolValue": False}, False), ({"intValue": "-42"}, -42), ({"intValue": 7}, 7), ({"intValue": 5.0}, 5),
+    ({"doubleValue": "1.5"}, 1.5), ({"doubleValue": "NaN"}, "nan"), ({"doubleValue": 2}, 2.0),
+    ({"stringValue": None, "intValue": "3"}, 3),  # null is the field's default: intValue is the kind set
+])
+def test_well_typed_any_values_are_read_as_proto3_json_says(value, read):
+    (record,) = records_from_json(_attr(value))
+    assert record.attributes["fraud.flagged"] == read
+
+
+@pytest.mark.parametrize("fields, member", [
+    ({"severityNumber": "warn"}, "severityNumber: neither an integer nor a SEVERITY_NUMBER_* name"),
+    ({"flags": "x"}, "flags: not a 32-bit unsigned integer"),
+    ({"flags": -1}, "flags: not a 32-bit unsigned integer"),
+])
+def test_record_scalars_of_the_wrong_type_are_refused(fields, member):
+    with pytest.raises(OtlpMalformed) as caught:
+        records_from_json(_request(_record("T-S", **fields)))
+    assert caught.value.reason == f"malformed-otlp: resourceLogs[0].scopeLogs[0].logRecords[0].{member}"
+
+
+def test_a_severity_number_given_by_its_enum_name_is_its_number():
+    (record,) = records_from_json(_request(_record("T-S", severityNumber="SEVERITY_NUMBER_WARN", flags="1")))
+    assert (record.severity_number, record.flags) == (13, 1)
+
+
+def test_a_superscript_time_is_a_bad_timestamp_and_its_digits_are_not_echoed():
+    from collector.ingest.parser import LineParser
+
+    doc = _request(_record("T-T", timeUnixNano="4111111111111111\u00b2"))
+    (out,) = LineParser().feed_otlp_records(records_from_json(doc), "http:x")
+    assert out.reason.startswith("bad-timestamp: OTLP timeUnixNano")
+    assert "4111111111111111" not in out.reason
+
+
+def test_http_wrong_typed_value_is_400_and_a_bug_is_a_masked_500(sessions, database_url, monkeypatch, caplog):
+    client = _client(sessions, database_url)
+    headers = {**AUTH, "Content-Type": "application/json"}
+    r = client.post("/v1/logs", content=json.dumps(_attr({"intValue": "4111111111111111\u00b2"})), headers=headers)
+    assert r.status_code == 400 and "intValue" in r.json()["message"]
+    assert _rows(sessions) == ([], [])
+
+    # Any unexpected exception: 500, and the log has the traceback with card numbers masked.
+    import collector.ingest.http as http
+
+    def broken(*_a, **_k):
+        raise ValueError("invalid literal for int() with base 10: '4111111111111111\u00b2'")
+
+    monkeypatch.setattr(http, "records_from_json", broken)
+    with caplog.at_level("ERROR", logger="collector.ingest.http"):
+        r = client.post("/v1/logs", content=json.dumps(_request(_record("T-B"))), headers=headers)
+    assert r.status_code == 500
+    assert r.json()["message"].startswith("internal error handling request ")
+    assert "ValueError" in caplog.text and "411111******1111" in caplog.text
+    assert "4111111111111111" not in caplog.text and "4111111111111111" not in r.text
+    assert _rows(sessions) == ([], [])
+
+
+def test_nul_in_an_otlp_protobuf_string_is_stored_as_a_replacement_character(sessions, database_url):
+    """PostgreSQL refuses NUL in text and jsonb: a protobuf body with one answered 500 and lost its batch."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+    req = ExportLogsServiceRequest()
+    scope_logs = req.resource_logs.add().scope_logs.add()
+    scope_logs.scope.name = "fraud\x00"
+    scope_logs.log_records.append(LogRecord(
+        time_unix_nano=int(TIME), body=AnyValue(string_value="Transaction scored\x00\x00"), severity_text="INFO\x00",
+        attributes=[KeyValue(key="txn_id", value=AnyValue(string_value="T-NUL")),
+                    KeyValue(key="k\x00", value=AnyValue(string_value="v"))]))
+    r = _client(sessions, database_url).post("/v1/logs", content=req.SerializeToString(),
+                                             headers={**AUTH, "Content-Type": "application/x-protobuf"})
+    assert r.status_code == 200, r.content
+    with sessions() as s:
+        (attributes,) = s.execute(select(InferenceRecord.attributes)).scalars().all()
+    text = json.dumps(attributes)
+    assert "\\u0000" not in text and "Transaction scored\ufffd\ufffd" in json.dumps(attributes, ensure_ascii=False)

@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterable, Iterator
 from collector.ingest.pan import mask_binary, mask_text, number_holds_pan
 
 _HEX = re.compile(r"^[0-9a-fA-F]*$")
+# An AnyValue's kinds (a protobuf oneof), in the order json_any_value looks for the one that is set.
+_ANY_VALUE_KINDS = ("stringValue", "boolValue", "intValue", "doubleValue", "bytesValue", "arrayValue", "kvlistValue")
 OTLP_SNIFF_BYTES = 256  # how far into a line ``looks_like_export_request`` looks for "resourceLogs"
 
 
@@ -115,14 +117,27 @@ def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+# proto3 JSON's integer text: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses).
+_DECIMAL = re.compile(r"\s*-?[0-9]+\s*\Z")
+_UNSIGNED = re.compile(r"\s*[0-9]+\s*\Z")
+
+
 def _int(value: Any) -> int:
+    """An integer field as proto3 JSON writes it (a number or a decimal string); 0 for anything else
+    (``check_export_request`` has refused a wrong type where the value matters)."""
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and _DECIMAL.match(value):
         return int(value)
     return 0
+
+
+def _no_nul(text: str) -> str:
+    """A protobuf string as stored: NUL (which PostgreSQL text and jsonb refuse; a ``copytruncate``
+    rotation leaves runs of them) becomes U+FFFD, as in a JSON line (``parser.storable``)."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _finite(value: float) -> Any:
@@ -172,25 +187,27 @@ def json_any_value(value: Any, tally: Tally | None = None, path: str = "") -> An
     ``tally`` (when given) counts the card numbers masked in its bytes values and names the map keys
     given twice with different values (``path``: the dotted key of this value)."""
     v = _dict(value)
-    if "stringValue" in v:
-        return v["stringValue"] if isinstance(v["stringValue"], str) else str(v["stringValue"])
-    if "boolValue" in v:
-        return bool(v["boolValue"])
-    if "intValue" in v:
-        return _int(v["intValue"])
-    if "doubleValue" in v:
-        d = v["doubleValue"]
+    # The kind set (``check_export_request`` has refused two kinds and wrong types); null is unset.
+    kind = next((k for k in _ANY_VALUE_KINDS if v.get(k) is not None), None)
+    if kind is None:
+        return None
+    x = v[kind]
+    if kind == "stringValue":
+        return x if isinstance(x, str) else str(x)
+    if kind == "boolValue":
+        return x is True
+    if kind == "intValue":
+        return int(x) if isinstance(x, float) and x.is_integer() else _int(x)
+    if kind == "doubleValue":
         try:
-            return _finite(float(d))
+            return _finite(float(x))
         except (TypeError, ValueError):
             return None
-    if "bytesValue" in v:
-        return _json_bytes(v["bytesValue"], tally) if isinstance(v["bytesValue"], str) else None
-    if "arrayValue" in v:
-        return [json_any_value(x, tally, path) for x in _list(_dict(v["arrayValue"]).get("values"))]
-    if "kvlistValue" in v:
-        return json_key_values(_dict(v["kvlistValue"]).get("values"), tally, f"{path}.")
-    return None
+    if kind == "bytesValue":
+        return _json_bytes(x, tally) if isinstance(x, str) else None
+    if kind == "arrayValue":
+        return [json_any_value(y, tally, path) for y in _list(_dict(x).get("values"))]
+    return json_key_values(_dict(x).get("values"), tally, f"{path}.")
 
 
 def json_key_values(items: Any, tally: Tally | None = None, prefix: str = "") -> dict[str, Any]:
@@ -273,6 +290,7 @@ def _check_any_value(value: Any, path: str) -> None:
         _expect(value, dict, path)
         if not value:
             continue
+        _check_scalar_value(value, path)
         for member, item_kind in (("arrayValue", "AnyValue"), ("kvlistValue", "KeyValue")):
             if member not in value:
                 continue
@@ -293,6 +311,98 @@ def _check_any_value(value: Any, path: str) -> None:
                 stack.append((item.get("value"), f"{path}.{member}.values[{n}].value"))
 
 
+_DOUBLE_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
+
+
+def _check_scalar_value(value: dict[str, Any], path: str) -> None:
+    """Raise ``OtlpMalformed`` when the ``AnyValue`` object ``value`` sets more than one kind (a
+    protobuf ``oneof``) or a scalar kind of the wrong JSON type, as proto3 JSON parsing
+    (``json_format.Parse``) refuses them: ``stringValue`` a string, ``boolValue`` true or false
+    (``"false"`` read as a truth value was stored true), ``intValue`` an integer or its decimal
+    string within int64, ``doubleValue`` a number or its text (``"NaN"``, ``"Infinity"`` too),
+    ``bytesValue`` a string. null is the field's default."""
+    kinds = [k for k in _ANY_VALUE_KINDS if value.get(k) is not None]
+    if len(kinds) > 1:
+        raise OtlpMalformed(path, f"sets {' and '.join(kinds)}; an AnyValue holds one of them")
+    if not kinds:
+        return
+    kind = kinds[0]
+    v = value[kind]
+    if kind == "stringValue" and not isinstance(v, str) \
+            or kind == "boolValue" and not isinstance(v, bool) \
+            or kind == "bytesValue" and not isinstance(v, str) \
+            or kind == "intValue" and not _is_int64(v) \
+            or kind == "doubleValue" and not _is_double(v):
+        shown = _JSON_TYPE.get(type(v), type(v).__name__)
+        raise OtlpMalformed(f"{path}.{kind}", f"{shown} that proto3 JSON does not read as a {_KIND_TYPE[kind]}")
+
+
+_KIND_TYPE = {"stringValue": "string", "boolValue": "boolean (true or false)", "bytesValue": "base64 string",
+              "intValue": "64-bit integer (a number or a decimal string)",
+              "doubleValue": "double (a number, its text, NaN or Infinity)"}
+
+
+def _is_int64(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, float):  # orjson reads 5.0 and 1e3 as floats: proto3 JSON takes integral ones
+        return v.is_integer() and -2**63 <= v < 2**63
+    if isinstance(v, str):
+        if not _DECIMAL.match(v):
+            return False
+        v = int(v)
+    return isinstance(v, int) and -2**63 <= v < 2**63
+
+
+def _is_double(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, (int, float)):
+        return True
+    if not isinstance(v, str):
+        return False
+    if v in _DOUBLE_WORDS:
+        return True
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return not v.strip().lower().lstrip("+-").startswith(("inf", "nan"))  # only the three words spell those
+
+
+def _check_record_scalars(lr: dict[str, Any], path: str) -> None:
+    """The LogRecord's ``severityNumber`` (an integer or a ``SEVERITY_NUMBER_*`` name) and ``flags``
+    (a uint32: an integer or its decimal string), which proto3 JSON parsing refuses otherwise: read
+    as 0 they were silently lost."""
+    sev = lr.get("severityNumber")
+    if sev is not None and not (isinstance(sev, int) and not isinstance(sev, bool)) \
+            and not (isinstance(sev, str) and sev in _severity_numbers()):
+        raise OtlpMalformed(f"{path}.severityNumber", "neither an integer nor a SEVERITY_NUMBER_* name")
+    flags = lr.get("flags")
+    if flags is not None and not (_is_int64(flags) and 0 <= _int(flags) < 2**32):
+        raise OtlpMalformed(f"{path}.flags", "not a 32-bit unsigned integer")
+
+
+def _severity_numbers() -> dict[str, int]:
+    """``SEVERITY_NUMBER_*`` enum names → numbers (opentelemetry-proto ``logs.proto``)."""
+    global _SEVERITY_NUMBERS
+    if _SEVERITY_NUMBERS is None:
+        from opentelemetry.proto.logs.v1.logs_pb2 import SeverityNumber
+
+        _SEVERITY_NUMBERS = dict(SeverityNumber.items())
+    return _SEVERITY_NUMBERS
+
+
+_SEVERITY_NUMBERS: dict[str, int] | None = None
+
+
+def _severity(value: Any) -> int:
+    """A checked ``severityNumber``: its integer, or the number of its enum name."""
+    if isinstance(value, str):
+        return _severity_numbers().get(value, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def check_export_request(doc: dict[str, Any]) -> None:
     """Raise ``OtlpMalformed`` naming the first member of the message tree of the OTLP/JSON
     ``doc`` that has the wrong JSON type: each repeated field an array of objects, each message
@@ -309,6 +419,7 @@ def check_export_request(doc: dict[str, Any]) -> None:
             _expect(sl.get("scope"), dict, f"{q}.scope")
             _check_key_values((sl.get("scope") or {}).get("attributes"), f"{q}.scope.attributes")
             for r, lr in _messages(sl.get("logRecords"), f"{q}.logRecords", "LogRecord"):
+                _check_record_scalars(lr, r)
                 _check_key_values(lr.get("attributes"), f"{r}.attributes")
                 if lr.get("body") is not None:
                     _check_any_value(lr["body"], f"{r}.body")
@@ -332,7 +443,7 @@ def _time_problem(lr: dict[str, Any], name: str) -> str | None:
     if value is None:
         return None
     if (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or \
-            (isinstance(value, str) and value.strip().isdigit()):
+            (isinstance(value, str) and _UNSIGNED.match(value)):
         return _pan_time_problem(name, value)
     if number_holds_pan(value):  # a float or a signed string: its text is not repeated in the reason
         return f"OTLP {name} is not a whole number of nanoseconds since the epoch (its digits read as a card number)"
@@ -393,7 +504,7 @@ def _records_from_json(doc: dict[str, Any]) -> Iterator[OtlpLogRecord]:
                     scope_version=scope.get("version") if isinstance(scope.get("version"), str) else None,
                     time_unix_nano=_int(lr.get("timeUnixNano")),
                     observed_time_unix_nano=observed,
-                    severity_number=sev if isinstance(sev, int) and not isinstance(sev, bool) else 0,
+                    severity_number=_severity(sev),
                     severity_text=lr.get("severityText") if isinstance(lr.get("severityText"), str) else None,
                     body=body, attributes=attributes, bytes_pans_masked=tally.pans,
                     duplicate_keys=tally.duplicates,
@@ -411,7 +522,7 @@ def _pb_any_value(v: Any, tally: Tally | None = None, path: str = "") -> Any:
     if kind is None:
         return None
     if kind == "string_value":
-        return v.string_value
+        return _no_nul(v.string_value)
     if kind == "bool_value":
         return v.bool_value
     if kind == "int_value":
@@ -429,7 +540,7 @@ def _pb_any_value(v: Any, tally: Tally | None = None, path: str = "") -> Any:
 
 def _pb_key_values(items: Any, tally: Tally | None, prefix: str = "") -> dict[str, Any]:
     """Repeated protobuf ``KeyValue`` → dict, as ``json_key_values``."""
-    return _key_values(((kv.key, kv.value) for kv in items), _pb_any_value, tally, prefix)
+    return _key_values(((_no_nul(kv.key), kv.value) for kv in items), _pb_any_value, tally, prefix)
 
 
 def _pb_id(raw: bytes, length: int, what: str, warnings: list[str]) -> str | None:
@@ -508,14 +619,14 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
                                           _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano), warnings)
                 yield OtlpLogRecord(
                     position=f"rl{i}.sl{j}.lr{k}", resource=resource, problems=[problem] if problem else [],
-                    scope_name=sl.scope.name or None, scope_version=sl.scope.version or None,
+                    scope_name=_no_nul(sl.scope.name) or None, scope_version=_no_nul(sl.scope.version) or None,
                     time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=observed,
-                    severity_number=int(lr.severity_number), severity_text=lr.severity_text or None,
+                    severity_number=int(lr.severity_number), severity_text=_no_nul(lr.severity_text) or None,
                     body=body, attributes=attributes, bytes_pans_masked=tally.pans,
                     duplicate_keys=tally.duplicates,
                     trace_id=_pb_id(lr.trace_id, 16, "trace_id", warnings),
                     span_id=_pb_id(lr.span_id, 8, "span_id", warnings),
-                    flags=lr.flags, event_name=getattr(lr, "event_name", "") or None, warnings=warnings,
+                    flags=lr.flags, event_name=_no_nul(getattr(lr, "event_name", "")) or None, warnings=warnings,
                 )
 
 
