@@ -5,7 +5,8 @@ Tester's finding: ``card 4111–1111–1111–1111`` (EN DASH), ``card ４１１
 digits and IDEOGRAPHIC SPACE: the digits were stored as ASCII, the card number whole) and
 ``GET /pay?pan=4111+1111+1111+1111`` reached the database unmasked: only space, dash, tab, three
 no-break spaces and invisible format characters counted as separators. Now every character of
-Unicode categories Zs, Zl, Zp and Pd, vertical tab, form feed, U+2212 and "+" does, written as
+Unicode categories Zs, Zl, Zp and Pd, vertical tab, form feed, U+2212, "+", middle dots and bullets
+and NUL (between the digits of UTF-16 text read as UTF-8) does, written as
 itself or as its JSON escape, in masking, in the pre-filters that let a line skip masking, and at
 the ends of a cut text. Text holding those characters without a Luhn-valid 13-19 digit run stays.
 """
@@ -38,6 +39,9 @@ NEW_SEPARATORS = {
     "hair-space": "\u200a", "medium-math-space": "\u205f", "line-separator": "\u2028",
     "paragraph-separator": "\u2029", "vertical-tab": "\v", "form-feed": "\f",
     "yezidi-hyphenation-mark": "\U00010ead",  # beyond the BMP: a surrogate pair when JSON-escaped
+    # middle dots and bullets (``4111 · 1111 · …`` was stored whole), and NUL (UTF-16 text read as UTF-8)
+    "middle-dot": "\u00b7", "bullet": "\u2022", "hyphenation-point": "\u2027", "bullet-operator": "\u2219",
+    "katakana-middle-dot": "\u30fb", "halfwidth-katakana-middle-dot": "\uff65", "nul": "\x00",
 }
 IDS = list(NEW_SEPARATORS)
 SEPS = list(NEW_SEPARATORS.values())
@@ -336,3 +340,24 @@ def test_the_form_feed_shortcut_is_the_exact_deletion():
         exact = b"1" * 13 in data.replace(b"\\f", b"").translate(pan._DIGITS_TO_ONES, pan._SEP_AND_ESCAPE_BYTES)
         assert pan._ascii_digit_run(data) == exact, t
     assert not pan._ascii_digit_run(b"4111f1111f1111f1111") and pan._ascii_digit_run(b"4111\\f1111\\f1111\\f1111")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-16"])
+def test_a_card_number_in_utf16_text_is_masked_in_quarantine(encoding, tmp_path):
+    """UTF-16 text read as UTF-8 has a NUL beside every ASCII character (quarantined with every digit
+    readable, NUL stored as U+FFFD); a BOM makes it not UTF-8 at all. Both are masked."""
+    parser = LineParser()
+    (out,) = parser.feed_bytes(f"ERROR card {VISA} declined".encode(encoding), "file", "1")
+    assert out.record is None and parser.masker.masked == 1
+    digits = "".join(ch for ch in out.raw_text if ch.isdigit())
+    assert digits == VISA_MASKED.replace("*", "") and "\x00" not in out.raw_text
+
+
+def test_a_card_number_in_utf16_bytes_of_an_otlp_bytes_value_is_masked():
+    import base64
+
+    from collector.ingest.otlp import Tally, bytes_value_text
+
+    tally = Tally()
+    stored = base64.b64decode(bytes_value_text(f"card {VISA}".encode("utf-16-le"), tally))
+    assert tally.pans == 1 and VISA not in stored.replace(b"\x00", b"").decode("latin-1")

@@ -82,7 +82,15 @@ _INVISIBLE_SEPARATORS = "\u00ad\u200b\u200c\u200d\u200e\u200f\u2060\u2061\u2062\
 _SEPARATOR_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Pd"})
 _CATEGORY_SEPARATORS = "".join(ch for ch in map(chr, range(0x20000))
                                if unicodedata.category(ch) in _SEPARATOR_CATEGORIES)
-_SINGLE_SEPARATORS = "".join(dict.fromkeys(" -\t" + _CATEGORY_SEPARATORS + "\v\f\u2212+" + _INVISIBLE_SEPARATORS))
+# Middle dots and bullets people put between groups on screens and receipts (``4111 · 1111 · …``:
+# stored whole, tester's finding): U+00B7, U+2022, U+2027, U+2219, U+30FB, U+FF65. And
+# NUL, which stands between the digits of UTF-16 text read as UTF-8 (``4\x001\x00…``; a rejected
+# line is masked before its NULs become U+FFFD for storage): a card number in a UTF-16 body was
+# quarantined with every digit readable.
+_DOT_SEPARATORS = "\u00b7\u2022\u2027\u2219\u30fb\uff65"
+_ENCODING_DEBRIS = "\x00"
+_SINGLE_SEPARATORS = "".join(dict.fromkeys(" -\t" + _CATEGORY_SEPARATORS + "\v\f\u2212+" + _INVISIBLE_SEPARATORS
+                                           + _DOT_SEPARATORS + _ENCODING_DEBRIS))
 _SEP = "".join(re.escape(ch) for ch in _SINGLE_SEPARATORS)  # for a character class
 # Characters that also separate groups, in runs and next to groups of 3-6 digits only.
 _SEP_CHARS = _SEP + "\n\r/_"

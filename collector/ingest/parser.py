@@ -241,7 +241,9 @@ class LineParser:
         rejected line may have been cut before it arrived (a truncated file, an unterminated
         partial), so a run of digits at its end is masked as the start of a PAN (``pan.mask_cut_end``).
         """
-        masked = _sanitise(text) if premasked else self.masker.text(_sanitise(text), keep_otlp_times=True)
+        # Masked before NUL is replaced: UTF-16 text read as UTF-8 has a NUL between its digits, a
+        # separator to the masker (``pan._ENCODING_DEBRIS``); the U+FFFD put there for storage is not.
+        masked = _sanitise(text if premasked else self.masker.text(text, keep_otlp_times=True))
         masked, exponent_pans = mask_exponent_numbers(masked)  # 4.111111111111111e15 shows a PAN's digits
         masked, binary_runs = mask_binary(masked)
         self.masker.masked += exponent_pans + binary_runs
