@@ -98,6 +98,8 @@ class Settings:
     def __post_init__(self) -> None:
         _check(self.database_url.strip() != "", "DRAUDIT_DATABASE_URL", "must not be empty")
         _check(self.cluster.strip() != "", "DRAUDIT_CLUSTER", "must not be empty")
+        _check(not _holds_pan(self.cluster), "DRAUDIT_CLUSTER",
+               "must not hold a card number (PAN): the cluster name is stored in every row, unmasked")
         _check(0 < self.http_port < 65536, "DRAUDIT_HTTP_PORT", "must be a TCP port 1..65535")
         for name in ("opa_timeout_s", "clock_skew_s", "lease_duration_s", "watch_read_timeout_s",
                      "backoff_initial_s", "backoff_max_s"):
@@ -152,6 +154,16 @@ class Settings:
 
 def _env_of(field_name: str) -> str:
     return next((k for k, v in ENV_VARS.items() if v == field_name), field_name)
+
+
+def _holds_pan(text: str) -> bool:
+    """True when ``text`` holds a card number (``pan.mask_text`` would mask it); the masker is
+    imported only for a text with 13 digits or more (every other command start stays light)."""
+    if sum(ch.isdigit() for ch in text) < 13:
+        return False
+    from collector.ingest.pan import mask_text
+
+    return mask_text(text)[1] > 0
 
 
 def _check(ok: bool, name: str, what: str) -> None:

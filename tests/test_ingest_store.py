@@ -558,6 +558,21 @@ def test_cli_names_the_flag_for_a_bad_flag_value_and_the_variable_for_a_bad_envi
     assert result.exit_code == 2 and "draudit: error: DRAUDIT_CLUSTER must not be empty" in result.stderr
 
 
+def test_a_cluster_name_holding_a_card_number_is_refused_before_anything_is_stored(tmp_path, engine, database_url):
+    """The cluster name is stored in every row as given: one holding a PAN was stored whole."""
+    runner = _migrated(database_url)
+    result = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", database_url,
+                                 "--cluster", "bank-4111 1111 1111 1111"])
+    assert result.exit_code == 2
+    assert "draudit: error: --cluster must not hold a card number (PAN)" in result.stderr
+    assert "4111" not in result.stderr
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(InferenceRecord)).scalar_one() == 0
+    ok = runner.invoke(cli, ["ingest", str(DATA / "gelf.jsonl"), "--database-url", database_url,
+                             "--cluster", "bank-eu-inference-20251129-0001"])  # digits, no card number
+    assert ok.exit_code == 0, ok.output
+
+
 def _otlp_protobuf(body: str) -> bytes:
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
