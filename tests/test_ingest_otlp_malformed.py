@@ -384,3 +384,18 @@ def test_nul_in_an_otlp_protobuf_string_is_stored_as_a_replacement_character(ses
         (attributes,) = s.execute(select(InferenceRecord.attributes)).scalars().all()
     text = json.dumps(attributes)
     assert "\\u0000" not in text and "Transaction scored\ufffd\ufffd" in json.dumps(attributes, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("time_field", [{"timeUnixNano": "0"}, {}], ids=["zero", "absent"])
+def test_a_record_with_only_an_observed_time_is_quarantined_saying_why(time_field):
+    """log-formats.md §7.1: the observed time goes to observed_time_ns only — a collector's receive
+    time, on its node's clock, would place the transaction on a GPU it may have left. The reason
+    says that, instead of "the envelope has no timestamp"."""
+    from collector.ingest.parser import LineParser
+
+    record = {k: v for k, v in _record("T-OBS").items() if k != "timeUnixNano"} | time_field
+    (out,) = LineParser().feed_otlp_records(records_from_json(_request(record | {"observedTimeUnixNano": TIME})), "h")
+    assert out.reason.startswith("missing-event-time: the OTLP record has no timeUnixNano and its body no timestamp; "
+                                 "its observedTimeUnixNano is when a collector saw it")
+    (plain,) = LineParser().feed_otlp_records(records_from_json(_request(record)), "h")
+    assert plain.reason == "missing-event-time: neither the application line nor the envelope has a timestamp"

@@ -187,6 +187,12 @@ class RecordBuilder:
             warnings.append(twice)  # a local time the default zone shows twice
         if time is None:
             if env.runtime_time_ns is None:
+                if env.extras.get("observed_time_ns"):
+                    # OTLP: the observed time is when a collector saw the record, on its node's clock,
+                    # not the event's time (log-formats.md §7.1: it goes to observed_time_ns only)
+                    raise Rejected("missing-event-time: the OTLP record has no timeUnixNano and its body no "
+                                   "timestamp; its observedTimeUnixNano is when a collector saw it, not when the "
+                                   "transaction was scored, so it is not taken as the event time")
                 raise Rejected("missing-event-time: neither the application line nor the envelope has a timestamp")
             time = _in_range((env.runtime_time_ns, env.runtime_precision_ns), f"the {env.kind} envelope's timestamp")
             warnings.append("event time taken from the envelope (runtime) timestamp")
