@@ -182,3 +182,16 @@ def test_reader_empty_array_empty_elements_and_cut_rest():
     assert _read(b"[1] " + b"z" * 100, 8, rest_bytes=10)[1:] == (b"z" * 10, True)
     with pytest.raises(NotAnArray):
         list(JsonArrayElements(io.BytesIO(b'  {"a":1}'), 100))
+
+
+def test_pretty_printed_objects_are_one_unit_each_not_a_row_per_line(tmp_path, database_url, sessions):
+    """``jq .`` output (objects pretty-printed one after another): read line by line, every line
+    was a junk quarantine row (read 18 for two objects)."""
+    objects = [json.loads(_ecs_line("PP-1")), json.loads(_ecs_line("PP-2", "DECLINE")), {"message": "no id"}]
+    path = tmp_path / "jq.json"
+    path.write_text("\n".join(json.dumps(o, indent=2) for o in objects) + "\n{\n  \"cut\": ", encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 4, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 2, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("object 1", "PP-1"), ("object 2", "PP-2")]
+    assert quarantined == [("object 3", "missing-transaction-id"), ("object 4", "unparseable")]

@@ -323,8 +323,22 @@ def test_fluent_bit_json_stream_objects_back_to_back_are_units(sessions, databas
         ("object 3", "missing-transaction-id"), ("object 4", "unparseable")]
 
 
+def test_a_pretty_printed_body_is_one_unit_per_object(sessions, database_url):
+    """A script posting ``jq .`` output: read line by line, each of its lines was a junk quarantine row."""
+    client = make_client(sessions, database_url)
+    records = _fluentbit_records()
+    body = "\n".join(json.dumps(r, indent=4) for r in records)
+    r = client.post("/v1/ingest", content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    # the same three records as in the json_stream test: two scored, one start-up line without an id
+    assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 3, "stored": 2, "quarantined": 1}
+    with sessions() as s:
+        positions = s.execute(select(InferenceRecord.position).order_by(InferenceRecord.id)).scalars().all()
+    assert positions == ["object 1", "object 2"]
+
+
 def test_split_json_stream_handles_braces_in_strings_and_separators():
-    from collector.ingest.http import split_json_stream
+    from collector.ingest.jsonarray import split_json_stream
 
     values, rest = split_json_stream(b'{"a":"}{"} {"b":[{}]}\r\n{"c":1}')
     assert values == [b'{"a":"}{"}', b'{"b":[{}]}', b'{"c":1}'] and rest is None

@@ -212,7 +212,31 @@ def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None
     if isinstance(document, dict):
         run.add(run.parser.feed_otlp_document(document, source))
     elif document is not None:
-        run.ingest_stream(document, source, on_line=on_line)
+        document = _pretty_objects(run, document, source, max_bytes)
+        if document is not None:
+            run.ingest_stream(document, source, on_line=on_line)
+
+
+def _pretty_objects(run, stream, source: str, max_bytes: int):
+    """Read ``stream`` as JSON objects one after another when its first non-blank line is a lone
+    ``{`` (objects pretty-printed over many lines, ``jq .`` output: read line by line, every line
+    was a junk quarantine row): each object one unit positioned ``object <i>``
+    (``jsonarray.json_object_stream``), the text after the last one quarantined. Only an input of
+    at most ``max_bytes`` (the body limit) is read so; returns None when it was, else a
+    re-readable stream of the bytes (line by line as before)."""
+    from collector.ingest.jsonarray import feed_values, json_object_stream
+
+    head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip(_WHITESPACE)
+    if head.split(b"\n", 1)[0].strip(_WHITESPACE) != b"{":
+        return stream
+    data = stream.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        return io.BufferedReader(_Prefixed(data, stream), 1 << 20)
+    objects = json_object_stream(data.removeprefix(b"\xef\xbb\xbf"))
+    if objects is None:
+        return io.BufferedReader(_Prefixed(data, stream), 1 << 20)
+    feed_values(run, source, *objects, "object", "unparseable: data after the last JSON object or an unterminated object")
+    return None
 
 
 _ARRAY_PEEK = 4096

@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.ingest.jsonarray import JsonArrayElements, feed_elements
+from collector.ingest.jsonarray import JsonArrayElements, feed_elements, feed_values, json_object_stream
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
 from collector.ingest.otlp import OtlpMalformed, export_response, json_depth_limit, records_from_json, records_from_protobuf
 from collector.ingest.pan import mask_text
@@ -53,7 +53,6 @@ from collector.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_ARRAY_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.S)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 RETRY_AFTER_S = 5
 _UTF8_BOM = b"\xef\xbb\xbf"  # a byte order mark some tools write before UTF-8 text; dropped
@@ -145,46 +144,6 @@ def split_json_array(body: bytes) -> tuple[list[bytes], bytes | None]:
     return [data for data, _total in elements], elements.rest
 
 
-def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
-    """Top-level JSON objects written back to back (Fluent Bit ``format json_stream``), found
-    without decoding (iterative, no recursion); whitespace between them is allowed.
-
-    Returns:
-        ``(objects, rest)``: ``rest`` holds the text from the first byte that does not start an
-        object, or the unterminated last object, when there is any (quarantined by the caller),
-        else None.
-    """
-    objects: list[bytes] = []
-    end = depth = start = 0
-    for m in _ARRAY_TOKEN.finditer(body):
-        c = body[m.start()]
-        if depth == 0:
-            if c != 0x7B or body[end:m.start()].strip():  # only whitespace, then "{", between objects
-                return objects, body[end:].strip() or None
-            start = m.start()
-        if c == 0x22:  # a string literal
-            continue
-        if c in (0x5B, 0x7B):  # [ {
-            depth += 1
-        elif c in (0x5D, 0x7D):  # ] }
-            depth -= 1
-            if depth == 0:
-                end = m.end()
-                objects.append(body[start:end])
-    return objects, body[end:].strip() or None
-
-
-def _json_stream(body: bytes) -> tuple[list[bytes], bytes | None] | None:
-    """``split_json_stream(body)`` when the body's first line holds more than one JSON object
-    (NDJSON has one per line), else None."""
-    newline = body.find(b"\n")
-    first_line = body if newline < 0 else body[:newline]
-    objects, rest = split_json_stream(first_line)
-    if len(objects) + (rest is not None and rest.startswith(b"{")) < 2:
-        return None
-    return (objects, rest) if newline < 0 else split_json_stream(body)
-
-
 def _reject_msgpack(content_type: str, body: bytes | None = None) -> None:
     """Raise 415 for a msgpack body: by its content type, or by its first byte (a msgpack fixarray,
     0x90-0x9F, which no UTF-8 text starts with; Fluent Bit sends ``[time, record]`` arrays)."""
@@ -240,23 +199,13 @@ def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
     if head == b"[":  # every element is kept whole: the body limit already bounds them
         feed_elements(run, JsonArrayElements(io.BytesIO(body), len(body), chunk_bytes=max(len(body), 1)), source)
         return
-    stream = _json_stream(body) if head == b"{" else None
+    stream = json_object_stream(body) if head == b"{" else None
     if stream is not None:
-        _add_values(run, source, *stream, "object",
-                    "unparseable: data after the last JSON object or an unterminated object")
+        feed_values(run, source, *stream, "object", "unparseable: data after the last JSON object or an unterminated object")
         return
     parser = run.parser
     for n, line in enumerate(body.split(b"\n"), start=1):
         run.add(parser.feed_bytes(line, source, str(n)))
-
-
-def _add_values(run: IngestRun, source: str, values: list[bytes], rest: bytes | None, unit: str, reason: str) -> None:
-    parser = run.parser
-    for i, value in enumerate(values, start=1):
-        run.add(parser.feed_bytes(value, source, f"{unit} {i}"))
-    if rest is not None:
-        run.add([parser.reject(rest[:65536].decode("utf-8", "replace"), reason, source, f"{unit} {len(values) + 1}",
-                               truncated=len(rest) > 65536)])
 
 
 def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) -> list[Route]:

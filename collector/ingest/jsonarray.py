@@ -1,4 +1,6 @@
 """The elements of one JSON array, read from a stream piece by piece: each element is one unit.
+Also JSON objects written one after another (``split_json_stream``: Fluent Bit ``json_stream``,
+pretty-printed objects), each object one unit.
 
 Fluent Bit's ``http`` output with ``format json``, Vector's ``http`` sink with ``codec: json`` and
 exporters that save a batch to a file write one JSON array of records, often pretty-printed over
@@ -36,6 +38,8 @@ _SKIP_NESTED = re.compile(rb'(?:[^"\[\]{}]+|' + _STRING + rb')*', re.S)
 # in the next piece).
 _STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)
 _WHITESPACE = b" \t\r\n"
+# A string literal or a bracket / brace / comma: the tokens ``split_json_stream`` walks.
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{},]', re.S)
 
 
 class NotAnArray(ValueError):
@@ -190,3 +194,60 @@ def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_elem
                                "unparseable: data after the JSON array or an unterminated array", source,
                                f"element {n}", truncated=elements.rest_truncated)])
     return n
+
+
+def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
+    """Top-level JSON objects written back to back (Fluent Bit ``format json_stream``), found
+    without decoding (iterative, no recursion); whitespace between them is allowed.
+
+    Returns:
+        ``(objects, rest)``: ``rest`` holds the text from the first byte that does not start an
+        object, or the unterminated last object, when there is any (quarantined by the caller),
+        else None.
+    """
+    objects: list[bytes] = []
+    end = depth = start = 0
+    for m in _TOKEN.finditer(body):
+        c = body[m.start()]
+        if depth == 0:
+            if c != 0x7B or body[end:m.start()].strip():  # only whitespace, then "{", between objects
+                return objects, body[end:].strip() or None
+            start = m.start()
+        if c == 0x22:  # a string literal
+            continue
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+        elif c in (0x5D, 0x7D):  # ] }
+            depth -= 1
+            if depth == 0:
+                end = m.end()
+                objects.append(body[start:end])
+    return objects, body[end:].strip() or None
+
+
+def json_object_stream(body: bytes) -> tuple[list[bytes], bytes | None] | None:
+    """``split_json_stream(body)`` when ``body`` is JSON objects written one after another rather
+    than one per line (NDJSON), else None: its first line holds more than one object (Fluent Bit
+    ``json_stream``), or its first non-blank line is a lone ``{`` — objects pretty-printed over
+    many lines, as ``jq .`` or Jackson's pretty printer write them, whose lines read one by one
+    are junk."""
+    body = body.lstrip(_WHITESPACE)
+    newline = body.find(b"\n")
+    first_line = body if newline < 0 else body[:newline]
+    if first_line.strip(_WHITESPACE) == b"{":
+        return split_json_stream(body)
+    objects, rest = split_json_stream(first_line)
+    if len(objects) + (rest is not None and rest.startswith(b"{")) < 2:
+        return None
+    return (objects, rest) if newline < 0 else split_json_stream(body)
+
+
+def feed_values(run: Any, source: str, values: list[bytes], rest: bytes | None, unit: str, reason: str) -> None:
+    """Parse each JSON text of ``values`` into ``run`` as one unit positioned ``<unit> <i>`` (from 1);
+    ``rest`` (the text after them, at most 64 KiB kept) is quarantined with ``reason`` at the next position."""
+    parser = run.parser
+    for i, value in enumerate(values, start=1):
+        run.add(parser.feed_bytes(value, source, f"{unit} {i}"))
+    if rest is not None:
+        run.add([parser.reject(rest[:REST_BYTES].decode("utf-8", "replace"), reason, source, f"{unit} {len(values) + 1}",
+                               truncated=len(rest) > REST_BYTES)])
