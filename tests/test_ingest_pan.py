@@ -205,6 +205,9 @@ def test_a_pan_right_after_a_unicode_escape_in_a_raw_line_is_masked(text, masked
     ("card=4111111111111111abc", "card=411111******1111abc"),
     ("x ab4111111111111111", "x ab411111******1111"),                       # letters on one side only
     ("card 4111 1111 1111 1111ab", "card 411111******1111ab"),               # the last group used to be cut off
+    # track 2 data behind a PAN written in groups: expiry, service code and discretionary data went unmasked
+    ("5500-0055-5555-5559=2812101", "550000******5559=*******"),
+    ("track2 4111 1111 1111 1111D28121010000", "track2 411111******1111D***********"),
 ])
 def test_a_pan_followed_or_preceded_by_letters_or_track2_data_is_masked(text, masked):
     from collector.ingest.pan import may_contain_pan

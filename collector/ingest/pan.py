@@ -872,8 +872,23 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
         if decoded is not masked:
             again, more = _mask_text(decoded, keep_otlp_times, windowed=len(decoded) >= WINDOWED_FROM_CHARS)
             if more:
-                return _kept_escapes(masked, decoded, again, keep_otlp_times), count + more
-    return masked, count
+                return _track_data_after_masked(_kept_escapes(masked, decoded, again, keep_otlp_times)), count + more
+    return (_track_data_after_masked(masked) if count else masked), count
+
+
+# A masked PAN (first 6, 3-9 stars, last 4) followed by a track 2 field separator and 7 or more
+# digits: the expiry YYMM, the service code and discretionary data of track 2 data whose PAN was
+# written in groups (``5500-0055-5555-5559=2812101``), which the track 2 pattern (an unbroken PAN)
+# does not see.
+_MASKED_PAN_TRACK = re.compile(r"(\d{6}\*{3,9}\d{4})([Dd=])(\d{7,})")
+
+
+def _track_data_after_masked(text: str) -> str:
+    """``text`` with the digits of track 2 data after a masked PAN starred (PCI DSS 3.3.1: no track
+    data is stored after authorisation; ``_MASKED_PAN_TRACK``)."""
+    if "*" not in text:
+        return text
+    return _MASKED_PAN_TRACK.sub(lambda m: m.group(1) + m.group(2) + "*" * len(m.group(3)), text)
 
 
 # A run of URL percent-escapes (RFC 3986 2.1): ``%20``, ``%2D``, ``%E2%80%93`` (an en dash in UTF-8).
