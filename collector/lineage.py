@@ -17,9 +17,9 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    merely abut) may have happened inside it: step 6 makes it ``skew-window``.
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
-   ``pod_states`` rows, none valid at ``t``, is ``no-pod``; so is a uid never projected (only pods
-   that reference claims are projected, but an unseen uid may as well be mistyped, another
-   cluster's, or a pod whose history was lost: that the pod held no claim would be a guess), unless
+   ``pod_states`` rows, none valid at ``t``, is ``no-pod``; so is a uid never projected (every pod
+   is projected, but an unseen uid may be mistyped, another cluster's, a pod recorded by an
+   earlier release that kept only pods with claims, or one whose history was lost), unless
    the record's namespace and name are those of a pod observed at ``t`` (with another uid, then).
    A uid whose pod state at ``t`` contradicts the record's own namespace, name or node (each
    compared when the record gives it), or such an unknown uid whose namespace and name are a pod

@@ -29,19 +29,6 @@ from collector.timeutil import now_ns, ns_to_rfc3339
 log = logging.getLogger(__name__)
 
 
-def pod_references_claims(pod: dict[str, Any]) -> bool:
-    """Pods are kept only when they use DRA: ``spec.resourceClaims`` or an extended-resource claim.
-
-    Other pods cannot hold a DRA device, so recording them would only grow the store. A pod whose
-    ``spec`` or ``status`` is not an object counts as kept, so that validation quarantines it.
-    """
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    if not isinstance(spec, dict) or not isinstance(status, dict):
-        return True
-    return bool(spec.get("resourceClaims")) or bool(status.get("extendedResourceClaimStatus"))
-
-
 @functools.cache
 def client_model(spec: KindSpec) -> type:
     """The official client's model class for ``spec``.
@@ -225,8 +212,10 @@ class Watcher:
             self.recorder = Recorder(self.sessions, self.settings.cluster, fence=fence, metrics=self.metrics)
             self.recorder.start()
             self.reflectors = [
+                # Every pod, also one that references no ResourceClaim: a transaction it logged is
+                # then ``no-claim`` (the pod is known and held no GPU), which an auditor can rely
+                # on, not ``no-pod`` (nothing known of it).
                 Reflector(spec, self.api, self.recorder, self.reflector_settings,
-                          keep=pod_references_claims if spec.kind == "Pod" else None,
                           validate=kind_validator(spec), metrics=self.metrics)
                 for spec in self.kinds
             ]

@@ -513,9 +513,9 @@ def test_transaction_from_a_pod_without_a_claim(srv, sessions, database_url, tmp
     * ``fraud-explainer-…``: its template claim was not needed (``resourceClaimStatuses`` entry
       without ``resourceClaimName``, dra-api.md §5.1): the watcher records the pod, so the
       transaction is ``unattributed`` / ``no-claim`` with the pod's uid and node;
-    * ``fraud-gateway-…``: no ``resourceClaims`` at all. The watcher does not record such pods
-      (README "Attribution": "pods without claims are not recorded"), so nothing shows the pod
-      existed: ``unattributed`` / ``no-pod``, as documented — not ``no-claim``.
+    * ``fraud-gateway-…``: no ``resourceClaims`` at all. The watcher records every pod, so the
+      pod is known to have held no claim: ``unattributed`` / ``no-claim`` too (an earlier release
+      recorded only pods with claims and said ``no-pod``: nothing known of it).
     """
     _inventory(srv)
     srv.apply(_template())
@@ -534,7 +534,7 @@ def test_transaction_from_a_pod_without_a_claim(srv, sessions, database_url, tmp
         w.stop()
     with sessions() as s:
         pods = set(s.execute(select(ObjectVersion.name).where(ObjectVersion.kind == "Pod")).scalars())
-    assert pods == {"fraud-explainer-6d5f4-k8j2n"}
+    assert pods == {"fraud-explainer-6d5f4-k8j2n", "fraud-gateway-7f8c9-q2w3e"}
 
     _ingest(sessions, database_url, tmp_path, [
         _fluent_bit_line("TXN-20261129-000701", t, explainer, "gpu-node-b"),
@@ -542,13 +542,12 @@ def test_transaction_from_a_pod_without_a_claim(srv, sessions, database_url, tmp
     ])
     with sessions.begin() as s:
         run = attribute_run(s, cluster=CLUSTER, clock_skew_s=SKEW_S)
-    assert run.as_json()["by_reason"] == {"no-claim": 1, "no-pod": 1}
+    assert run.as_json()["by_reason"] == {"no-claim": 2}
     assert run.as_json()["unattributed"] == 2
     docs = _cli_trace(database_url, monkeypatch, "TXN-20261129-000701", "TXN-20261129-000702")
-    no_gateway = _expected(sessions, "TXN-20261129-000702", t, gateway, status="unattributed", reason="no-pod",
-                           node=None, candidates=0)
     assert docs == [
         _expected(sessions, "TXN-20261129-000701", t, explainer, status="unattributed", reason="no-claim",
                   node="gpu-node-b", candidates=0),
-        no_gateway,
+        _expected(sessions, "TXN-20261129-000702", t, gateway, status="unattributed", reason="no-claim",
+                  node="gpu-node-b", candidates=0),
     ]

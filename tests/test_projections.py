@@ -555,7 +555,9 @@ def test_applying_versions_again_is_a_no_op(sessions):
         assert {m: sorted(s.execute(select(m.id)).scalars()) for m in projections.PROJECTION_MODELS} == ids_before
 
 
-def test_pods_without_claims_and_device_classes_are_ignored(sessions):
+def test_pods_without_claims_are_projected_without_claims_and_device_classes_are_ignored(sessions):
+    """A pod that references no claim has a ``pod_states`` row (placement, phase) and no claim
+    reference: a transaction it logged is ``no-claim`` (it is known to have held no GPU)."""
     plain = make_pod(1000, uid="dddd0000-0000-4000-8000-000000000004", name="web-0",
                      containers=[{"name": "web", "image": "nginx:1.27"}])
     plain_running = make_pod(1001, uid="dddd0000-0000-4000-8000-000000000004", name="web-0", node="node-a",
@@ -566,8 +568,14 @@ def test_pods_without_claims_and_device_classes_are_ignored(sessions):
     with_claim = make_pod(1003, claims=TEMPLATE_CLAIMS)
     replay(sessions, [(plain, "ADDED", at(1)), (plain_running, "MODIFIED", at(2)), (device_class, "ADDED", at(3)),
                       (with_claim, "ADDED", at(4)), (plain_running, "DELETED", at(5))])
+    web = "dddd0000-0000-4000-8000-000000000004"
     with sessions() as s:
-        assert s.execute(select(PodState.pod_uid)).scalars().all() == [POD_UID]
+        states = s.execute(select(PodState.pod_uid, PodState.name, PodState.node_name, PodState.phase,
+                                  PodState.valid_from_ns, PodState.valid_to_ns).order_by(PodState.id)).all()
+        assert [tuple(r) for r in states] == [
+            (web, "web-0", None, "Pending", ns(1), ns(2)), (web, "web-0", "node-a", "Running", ns(2), ns(5)),
+            (POD_UID, "trainer-0", None, "Pending", ns(4), None)]
+        assert s.execute(select(PodClaimRef.pod_uid).distinct()).scalars().all() == [POD_UID]
         assert s.execute(select(PodContainerClaim.pod_uid)).scalars().all() == [POD_UID]
         assert count(s, AllocationEpisode) == 0 and count(s, DeviceState) == 0
 

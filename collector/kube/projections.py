@@ -5,7 +5,7 @@ The watcher inserts rows into ``object_versions`` and, in the same transaction, 
 ``[valid_from_ns, valid_to_ns)`` in the collector's observation time (``observed_at`` as integer
 ns; an open interval has ``valid_to_ns`` NULL):
 
-- ``pod_states``           a pod's node and phase (pods that reference ResourceClaims only);
+- ``pod_states``           a pod's node and phase (every pod, also one without ResourceClaims);
 - ``pod_claim_refs``       pod claim name → the ResourceClaim name it resolves to;
 - ``pod_container_claims`` container → pod claim name → request (immutable spec, written once);
 - ``allocation_episodes``  one allocation of one claim, keyed by (claim uid, first RV) — rule 10;
@@ -116,11 +116,10 @@ class PodFacts:
     container_claims: dict[tuple[str, str, str], bool]
 
 
-def pod_facts(pod: Mapping[str, Any]) -> PodFacts | None:
-    """The facts of a Pod, or ``None`` for a pod that references no ResourceClaim.
-
-    A pod is projected when ``spec.resourceClaims`` is non-empty or
-    ``status.extendedResourceClaimStatus`` is set. Template claims resolve through
+def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
+    """The facts of a Pod: its placement, and its claim references when ``spec.resourceClaims`` is
+    non-empty or ``status.extendedResourceClaimStatus`` is set (none otherwise: a pod without
+    claims is projected too, so a transaction it logged is ``no-claim``). Template claims resolve through
     ``status.resourceClaimStatuses`` (unresolved until the controller writes it; an entry without
     ``resourceClaimName`` means "no claim needed" and also stays unresolved).
 
@@ -130,8 +129,6 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts | None:
     meta, spec, status = _dict(pod.get("metadata")), _dict(pod.get("spec")), _dict(pod.get("status"))
     pod_claims = [rc for rc in _list(spec.get("resourceClaims")) if isinstance(rc, dict) and rc.get("name")]
     extended = _dict(status.get("extendedResourceClaimStatus"))
-    if not pod_claims and not extended:
-        return None
     statuses = {st.get("name"): st for st in _list(status.get("resourceClaimStatuses")) if isinstance(st, dict)}
     refs: dict[str, tuple[str | None, str | None]] = {}
     for rc in pod_claims:
@@ -888,8 +885,7 @@ def _apply_cluster(session: Session, cluster: str, versions: list[_Version], jus
     slices: list[tuple[_Version, SliceFacts]] = []
     for v in versions:
         if v.kind == POD:
-            # Pods are the bulk of the stream: core/v1 needs no normalisation, and pods without
-            # claims are dropped here before any query.
+            # Pods are the bulk of the stream: core/v1 needs no normalisation.
             facts = pod_facts(v.raw) if isinstance(v.raw, Mapping) else None
             if facts is not None:
                 pods.append((v, facts))
@@ -938,7 +934,7 @@ def apply_versions(session: Session, versions: Sequence[Any], *, just_inserted: 
             with at least ``id, cluster, kind, api_version, namespace, name, uid,
             resource_version, event_type, observed_at`` (aware UTC) and ``raw`` (the object as
             served; normalised here). Kinds other than Pod, ResourceClaim and ResourceSlice are
-            ignored, as are pods that reference no ResourceClaim. ``RELIST_*`` event types count
+            ignored. ``RELIST_*`` event types count
             as their plain counterparts.
 
     Versions are applied in ``id`` order. Applying a version again, or one older than what is

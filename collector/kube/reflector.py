@@ -162,8 +162,8 @@ class Reflector:
         api_client: the official ``kubernetes`` ApiClient (transport and auth).
         sink: where observations go (commits, resume points, quarantine, coverage).
         settings: time bounds and batch size.
-        keep: predicate on a raw object; objects it rejects are not recorded (used for Pods: only
-            pods that reference ResourceClaims are kept) but still advance the resume point.
+        keep: predicate on a raw object; objects it rejects are not recorded but still advance the
+            resume point (none by default: every object is recorded).
         validate: checks that the client's model parses an object of this kind (``validate(obj)``);
             raises on a type mismatch.
         metrics: optional ``collector.metrics.WatchMetrics``.

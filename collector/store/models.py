@@ -191,7 +191,7 @@ class Quarantine(Base):
 
 
 class PodState(Base):
-    """A pod's placement and phase over an interval (pods that reference ResourceClaims only)."""
+    """A pod's placement and phase over an interval (every pod; its claims are in ``pod_claim_refs``)."""
 
     __tablename__ = "pod_states"
     __table_args__ = (
