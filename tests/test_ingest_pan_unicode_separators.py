@@ -342,15 +342,38 @@ def test_the_form_feed_shortcut_is_the_exact_deletion():
     assert not pan._ascii_digit_run(b"4111f1111f1111f1111") and pan._ascii_digit_run(b"4111\\f1111\\f1111\\f1111")
 
 
+@pytest.mark.parametrize("card", [VISA, "4111 1111 1111 1111", "4111-1111-1111-1111", "4111 · 1111 · 1111 · 1111",
+                                  "5500-0055-5555-5559=2812101"], ids=["plain", "spaces", "dashes", "middle-dots", "track2"])
 @pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-16"])
-def test_a_card_number_in_utf16_text_is_masked_in_quarantine(encoding, tmp_path):
+def test_a_card_number_in_utf16_text_is_masked_in_quarantine(encoding, card):
     """UTF-16 text read as UTF-8 has a NUL beside every ASCII character (quarantined with every digit
-    readable, NUL stored as U+FFFD); a BOM makes it not UTF-8 at all. Both are masked."""
+    readable, NUL stored as U+FFFD, also a grouped number's); a BOM makes it not UTF-8 at all. All masked."""
     parser = LineParser()
-    (out,) = parser.feed_bytes(f"ERROR card {VISA} declined".encode(encoding), "file", "1")
+    (out,) = parser.feed_bytes(f"ERROR card {card} declined".encode(encoding), "file", "1")
     assert out.record is None and parser.masker.masked == 1
     digits = "".join(ch for ch in out.raw_text if ch.isdigit())
-    assert digits == VISA_MASKED.replace("*", "") and "\x00" not in out.raw_text
+    assert len(digits) <= 10 and "\x00" not in out.raw_text, out.raw_text
+
+
+@pytest.mark.parametrize("sep", ["\xa0", "\xb7", " "], ids=["no-break-space", "middle-dot", "space"])
+def test_a_card_number_in_latin1_text_is_masked_in_quarantine(sep):
+    """Latin-1 bytes are not UTF-8: shown as ``\\xa0`` escapes, the groups of a card number were kept readable."""
+    parser = LineParser()
+    (out,) = parser.feed_bytes(f"caf\xe9 card {_grouped(VISA, sep)}".encode("latin-1"), "file", "1")
+    assert out.reason.startswith("not-utf8") and parser.masker.masked == 1
+    assert out.raw_text == f"caf\xe9 card {VISA_MASKED}"
+
+
+@pytest.mark.parametrize("debris", ["\x00", "\ufffd"], ids=["nul", "replacement-character"])
+def test_decoding_debris_between_groups_hides_no_card_number_in_a_stored_field(debris):
+    """NUL (replaced by U+FFFD for storage before the fields are masked) and U+FFFD, which shippers
+    write for bytes they could not decode, between a card number's groups: stored whole before."""
+    line = json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": "T-DEBRIS", "decision": "APPROVE",
+                       "message": "card " + _grouped(VISA, debris)}, ensure_ascii=False)
+    parser = LineParser()
+    assert fastpath.unit(parser, line.encode(), SOURCE, "1") is None  # the fast path leaves it to the masker
+    (out,) = parser.feed_bytes(line.encode(), SOURCE, "1")
+    assert out.record.attributes["message"] == f"card {VISA_MASKED}" and parser.masker.masked == 1
 
 
 def test_a_card_number_in_utf16_bytes_of_an_otlp_bytes_value_is_masked():

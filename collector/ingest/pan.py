@@ -260,6 +260,8 @@ _LAST_VERDICT: tuple[Any, Any, bool] = (None, None, True)  # (text, unicode_esca
 
 def _may_contain_pan(text: str) -> bool:
     """``may_contain_pan`` for a text that it has not answered True for by its flags already."""
+    if ("\x00" in text or "\ufffd" in text) and _may_contain_pan(_without_debris(text)):
+        return True  # ``mask_text`` masks the copy without decoding debris too
     ascii_text = text.isascii()
     if not ascii_text and _NON_ASCII_DIGIT.search(text):  # full-width, and every other digit ``\d`` matches
         return True
@@ -849,10 +851,31 @@ def mask_text(text: str, *, keep_otlp_times: bool = False) -> tuple[str, int]:
     digits and percent-escaped separators decoded (``escapes_decoded``) is masked: a PAN there is
     masked in the text returned, the escapes outside it kept (``_kept_escapes``).
 
+    NUL and U+FFFD are the debris of a wrong decoding (UTF-16 read as UTF-8: a NUL beside every
+    character; bytes a shipper could not decode: U+FFFD), and they break a grouped card number's
+    layout (``4\x001\x00 \x001\x00…``, ``4111\ufffd1111\ufffd…``): a text holding either is
+    masked again with NUL deleted and U+FFFD as a space; a PAN found so is masked in the text
+    returned, which then has them so.
+
     Returns:
         ``(masked_text, number_of_pans_masked)``; the text is returned unchanged (same object)
         when nothing was masked.
     """
+    masked, count = _mask_all(text, keep_otlp_times)
+    if "\x00" in masked or "\ufffd" in masked:
+        again, more = _mask_all(_without_debris(masked), keep_otlp_times)
+        if more:
+            return again, count + more
+    return masked, count
+
+
+def _without_debris(text: str) -> str:
+    """``text`` with NUL deleted and U+FFFD as a space (``mask_text``)."""
+    return text.replace("\x00", "").replace("\ufffd", " ")
+
+
+def _mask_all(text: str, keep_otlp_times: bool) -> tuple[str, int]:
+    """``mask_text`` without its look at decoding debris."""
     if text.isascii() and _clean_ascii(text):
         return text, 0
     masked, count = _mask_text(text, keep_otlp_times, windowed=len(text) >= WINDOWED_FROM_CHARS)

@@ -277,8 +277,17 @@ class LineParser:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
+            reason = f"not-utf8: invalid UTF-8 byte at offset {exc.start}"
+            # Latin-1 (or Windows-1252) text: a card number grouped by its no-break space (0xA0) or
+            # middle dot (0xB7) bytes shows only when each byte is read as its character; so does
+            # UTF-16 after its byte order mark. A PAN found in that reading is quarantined masked
+            # in it; otherwise the bytes are shown escaped (``\xNN``).
+            latin, found = mask_text(data.decode("latin-1"))
+            if found:
+                self.masker.masked += found
+                return [self.reject(latin, reason, source, position, premasked=True)]
             shown = data.decode("utf-8", "backslashreplace")
-            return [self.reject(shown, f"not-utf8: invalid UTF-8 byte at offset {exc.start}", source, position)]
+            return [self.reject(shown, reason, source, position)]
         return self.feed_text(text, source, position)
 
     def reads_documents(self, prefix: bytes) -> bool:
