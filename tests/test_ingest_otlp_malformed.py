@@ -317,7 +317,8 @@ def test_well_typed_any_values_are_read_as_proto3_json_says(value, read):
 
 
 @pytest.mark.parametrize("fields, member", [
-    ({"severityNumber": "warn"}, "severityNumber: neither an integer nor a SEVERITY_NUMBER_* name"),
+    ({"severityNumber": "warn"}, "severityNumber: neither a 32-bit integer nor a SEVERITY_NUMBER_* name"),
+    ({"severityNumber": 2**40}, "severityNumber: neither a 32-bit integer nor a SEVERITY_NUMBER_* name"),
     ({"flags": "x"}, "flags: not a 32-bit unsigned integer"),
     ({"flags": -1}, "flags: not a 32-bit unsigned integer"),
 ])
@@ -330,6 +331,8 @@ def test_record_scalars_of_the_wrong_type_are_refused(fields, member):
 def test_a_severity_number_given_by_its_enum_name_is_its_number():
     (record,) = records_from_json(_request(_record("T-S", severityNumber="SEVERITY_NUMBER_WARN", flags="1")))
     assert (record.severity_number, record.flags) == (13, 1)
+    (record,) = records_from_json(_request(_record("T-S", flags=1.0)))  # orjson reads 1.0 as a float
+    assert record.flags == 1
 
 
 def test_a_superscript_time_is_a_bad_timestamp_and_its_digits_are_not_echoed():
@@ -399,3 +402,33 @@ def test_a_record_with_only_an_observed_time_is_quarantined_saying_why(time_fiel
                                  "its observedTimeUnixNano is when a collector saw it")
     (plain,) = LineParser().feed_otlp_records(records_from_json(_request(record)), "h")
     assert plain.reason == "missing-event-time: neither the application line nor the envelope has a timestamp"
+
+
+def test_numbers_too_long_for_python_are_refused_not_a_crash(sessions, database_url, tmp_path):
+    """A JSON integer of more than 4300 digits raised ValueError in the decoder (Python's int limit),
+    a 400-digit one as doubleValue OverflowError: a traceback for a file, a 500 for the whole batch."""
+    headers = {**AUTH, "Content-Type": "application/json"}
+    client = _client(sessions, database_url)
+    huge = "9" * 5000
+    body = json.dumps(_attr({"intValue": 1})).replace('"intValue": 1', f'"intValue": {huge}')
+    r = client.post("/v1/logs", content=body, headers=headers)
+    assert r.status_code == 400 and "a number too long to read" in r.json()["message"]
+    body = json.dumps(_attr({"doubleValue": 1})).replace('"doubleValue": 1', f'"doubleValue": {"9" * 400}')
+    r = client.post("/v1/logs", content=body, headers=headers)
+    assert r.status_code == 400 and r.json()["message"].endswith(
+        f"{_VALUE_PATH}.doubleValue: a number that proto3 JSON does not read as a double (a number, its text, NaN or Infinity)")
+    r = client.post("/v1/logs", content=json.dumps(_attr({"intValue": huge})), headers=headers)  # as a string
+    assert r.status_code == 400 and "intValue" in r.json()["message"]
+    assert _rows(sessions) == ([], [])
+    # a file: that line quarantined, the others stored
+    good = json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": "T-BIG-1", "decision": "APPROVE"})
+    path = tmp_path / "big.jsonl"
+    path.write_text(good + "\n" + good.replace("T-BIG-1", "T-BIG-2")[:-1] + f', "n": {huge}}}' + "\n"
+                    + good.replace("T-BIG-1", "T-BIG-3") + "\n")
+    result = CliRunner().invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 0, result.output
+    counts = json.loads(result.stdout)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (3, 2, 1)
+    stored, quarantined = _rows(sessions)
+    assert sorted(stored) == ["T-BIG-1", "T-BIG-3"]
+    assert [(q.position, q.reason.split(" (")[0]) for q in quarantined] == [("2", "unparseable: a number too long to read")]

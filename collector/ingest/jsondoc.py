@@ -216,6 +216,8 @@ class Decoder:
             raise JsonRejected(f"unparseable: invalid JSON at character {exc.pos} ({exc.msg})") from None
         except RecursionError:  # unreachable after the depth check; kept as a guard
             raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+            raise JsonRejected(f"unparseable: a number too long to read ({str(exc).split(';')[0]})") from None
         conflicts = list(self._conflicts) if self._conflicts else []
         top = dict(value.dups) if isinstance(value, _DupDict) else {}
         return Decoded(value, conflicts, top)

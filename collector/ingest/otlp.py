@@ -118,8 +118,9 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 # proto3 JSON's integer text: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses).
-_DECIMAL = re.compile(r"\s*-?[0-9]+\s*\Z")
-_UNSIGNED = re.compile(r"\s*[0-9]+\s*\Z")
+# At most 20 digits: every 64-bit value, and no text Python's int() refuses for its length.
+_DECIMAL = re.compile(r"\s*-?[0-9]{1,20}\s*\Z")
+_UNSIGNED = re.compile(r"\s*[0-9]{1,20}\s*\Z")
 
 
 def _int(value: Any) -> int:
@@ -129,6 +130,8 @@ def _int(value: Any) -> int:
         return 0
     if isinstance(value, int):
         return value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**64:  # 1.0: orjson's reading of 1.0
+        return int(value)
     if isinstance(value, str) and _DECIMAL.match(value):
         return int(value)
     return 0
@@ -357,8 +360,10 @@ def _is_int64(v: Any) -> bool:
 def _is_double(v: Any) -> bool:
     if isinstance(v, bool):
         return False
-    if isinstance(v, (int, float)):
+    if isinstance(v, float):
         return True
+    if isinstance(v, int):
+        return abs(v) < 2**1024  # beyond the largest double: float() raises OverflowError
     if not isinstance(v, str):
         return False
     if v in _DOUBLE_WORDS:
@@ -375,9 +380,9 @@ def _check_record_scalars(lr: dict[str, Any], path: str) -> None:
     (a uint32: an integer or its decimal string), which proto3 JSON parsing refuses otherwise: read
     as 0 they were silently lost."""
     sev = lr.get("severityNumber")
-    if sev is not None and not (isinstance(sev, int) and not isinstance(sev, bool)) \
+    if sev is not None and not (isinstance(sev, int) and not isinstance(sev, bool) and -2**31 <= sev < 2**31) \
             and not (isinstance(sev, str) and sev in _severity_numbers()):
-        raise OtlpMalformed(f"{path}.severityNumber", "neither an integer nor a SEVERITY_NUMBER_* name")
+        raise OtlpMalformed(f"{path}.severityNumber", "neither a 32-bit integer nor a SEVERITY_NUMBER_* name")
     flags = lr.get("flags")
     if flags is not None and not (_is_int64(flags) and 0 <= _int(flags) < 2**32):
         raise OtlpMalformed(f"{path}.flags", "not a 32-bit unsigned integer")
@@ -442,8 +447,8 @@ def _time_problem(lr: dict[str, Any], name: str) -> str | None:
     value = lr.get(name)
     if value is None:
         return None
-    if (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or \
-            (isinstance(value, str) and _UNSIGNED.match(value)):
+    if (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64) or \
+            (isinstance(value, str) and _UNSIGNED.match(value) and int(value) < 2**64):
         return _pan_time_problem(name, value)
     if number_holds_pan(value):  # a float or a signed string: its text is not repeated in the reason
         return f"OTLP {name} is not a whole number of nanoseconds since the epoch (its digits read as a card number)"
