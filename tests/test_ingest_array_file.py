@@ -189,9 +189,28 @@ def test_pretty_printed_objects_are_one_unit_each_not_a_row_per_line(tmp_path, d
     was a junk quarantine row (read 18 for two objects)."""
     objects = [json.loads(_ecs_line("PP-1")), json.loads(_ecs_line("PP-2", "DECLINE")), {"message": "no id"}]
     path = tmp_path / "jq.json"
-    path.write_text("\n".join(json.dumps(o, indent=2) for o in objects) + "\n{\n  \"cut\": ", encoding="utf-8")
+    pretty = "\n".join(json.dumps(o, indent=2) for o in objects) + "\n"
+    # then an object cut short, an application's NDJSON line and a plain-text line
+    text = pretty + '{\n  "cut": \n' + _ecs_line("PP-3") + "\nStarted FraudApi in 3.2 seconds\n"
+    path.write_text(text, encoding="utf-8")
     counts = _ingest(database_url, path)
-    assert counts == {"read": 4, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 2, "pan_masked": 0}
+    assert counts == {"read": 7, "stored": 3, "duplicates": 0, "conflicts": 0, "quarantined": 4, "pan_masked": 0}
     stored, quarantined = _positions(sessions)
-    assert stored == [("object 1", "PP-1"), ("object 2", "PP-2")]
-    assert quarantined == [("object 3", "missing-transaction-id"), ("object 4", "unparseable")]
+    cut = pretty.count("\n") + 1  # the line of the cut object's "{"
+    assert stored == [("object 1", "PP-1"), ("object 2", "PP-2"), (str(cut + 2), "PP-3")]
+    assert quarantined == [("object 3", "missing-transaction-id"), (str(cut), "unparseable"),
+                           (str(cut + 1), "unparseable"), (str(cut + 3), "unparseable")]
+
+
+def test_a_broken_pretty_object_loses_nothing_after_it(tmp_path, database_url, sessions):
+    """An unclosed string in one object read the rest of the file as that string: every object
+    after it was lost in one quarantined unit."""
+    good = json.dumps(json.loads(_ecs_line("PP-9")), indent=2)
+    text = '{\n  "transactionId": "TXN-BROKEN,\n  "decision": "X"\n}\n' + good + "\n" + _ecs_line("PP-10") + "\n"
+    path = tmp_path / "broken.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (3, 2, 1)
+    stored, quarantined = _positions(sessions)
+    assert stored == [("object 2", "PP-9"), (str(text.count("\n")), "PP-10")]
+    assert quarantined == [("object 1", "unparseable")]

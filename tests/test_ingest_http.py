@@ -319,8 +319,9 @@ def test_fluent_bit_json_stream_objects_back_to_back_are_units(sessions, databas
     assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 4, "stored": 2, "quarantined": 2}
     with sessions() as s:
         positions = s.execute(select(Quarantine.position, Quarantine.reason).order_by(Quarantine.id)).all()
+    # the cut object after the last one: the rest of its line, line 1 (as text after objects is read)
     assert [(p, reason.split(":")[0]) for p, reason in positions] == [
-        ("object 3", "missing-transaction-id"), ("object 4", "unparseable")]
+        ("object 3", "missing-transaction-id"), ("1", "unparseable")]
 
 
 def test_a_pretty_printed_body_is_one_unit_per_object(sessions, database_url):
@@ -335,6 +336,26 @@ def test_a_pretty_printed_body_is_one_unit_per_object(sessions, database_url):
     with sessions() as s:
         positions = s.execute(select(InferenceRecord.position).order_by(InferenceRecord.id)).scalars().all()
     assert positions == ["object 1", "object 2"]
+
+
+def test_a_body_of_text_lines_and_array_lines_is_read_line_by_line(sessions, database_url):
+    """A body starting with ``[`` was read as one array: a Logback ``[main]`` first line lost every
+    record after it, and of arrays one per line only the first was read."""
+    client = make_client(sessions, database_url)
+
+    def ecs(txn: str) -> str:
+        return json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": txn, "decision": "APPROVE",
+                           "message": "scored"})
+
+    body = f"[main] INFO o.s.b.StartupInfoLogger - Starting\n{ecs('L-1')}\n[{ecs('L-2')},{ecs('L-3')}]\n[{ecs('L-4')}]\n"
+    r = client.post("/v1/ingest", content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 5, "stored": 4, "quarantined": 1}
+    with sessions() as s:
+        stored = s.execute(select(InferenceRecord.position, InferenceRecord.transaction_id).order_by(InferenceRecord.id)).all()
+        (quarantined,) = s.execute(select(Quarantine.position)).scalars().all()
+    assert [tuple(r) for r in stored] == [("2", "L-1"), ("3 element 1", "L-2"), ("3 element 2", "L-3"), ("4 element 1", "L-4")]
+    assert quarantined == "1"
 
 
 def test_split_json_stream_handles_braces_in_strings_and_separators():

@@ -10,7 +10,8 @@ from collector.ingest.parser import LineParser
 @pytest.mark.parametrize("line, reason", [
     ('"junk"', "unparseable: a JSON string, not an object (a log record is a JSON object)"),
     ("42", "unparseable: a JSON number, not an object (a log record is a JSON object)"),
-    ('[{"txn_id":"T-1"}]', "unparseable: a JSON array, not an object (a log record is a JSON object)"),
+    # an array line's elements are units (below); an array inside it is no record
+    ('[[{"txn_id":"T-1"}]]', "unparseable: a JSON array, not an object (a log record is a JSON object)"),
     ("null", "unparseable: JSON null, not an object (a log record is a JSON object)"),
     ("2025-06-04 10:15:06 INFO started", "unparseable: not JSON and not a CRI log line (plain text)"),
     ("[" * 5000, "unparseable: not JSON and not a CRI log line (plain text)"),
@@ -22,6 +23,16 @@ from collector.ingest.parser import LineParser
 def test_a_line_that_is_not_one_json_object_is_quarantined_with_what_it_is(line, reason):
     [outcome] = LineParser().feed_bytes(line.encode(), "app.log", "1")
     assert outcome.record is None and outcome.reason == reason
+
+
+def test_a_line_that_is_a_json_array_gives_one_unit_per_element():
+    """A saved HTTP batch (Fluent Bit ``format json``), one per line: was one quarantined unit."""
+    line = ('[{"@timestamp":"2025-06-04T10:15:00.067Z","txn_id":"T-1","decision":"APPROVE"},'
+            '{"@timestamp":"2025-06-04T10:15:00.068Z","txn_id":"T-2","decision":"DECLINE"}, 7]')
+    outcomes = LineParser().feed_bytes(line.encode(), "app.log", "12")
+    assert [(o.position, o.record.transaction_id if o.record else o.reason) for o in outcomes] == [
+        ("12 element 1", "T-1"), ("12 element 2", "T-2"),
+        ("12 element 3", "unparseable: a JSON number, not an object (a log record is a JSON object)")]
 
 
 def test_a_pod_uid_that_is_not_a_uuid_is_ignored_with_a_warning_not_silently():

@@ -205,6 +205,7 @@ def _source(path: str) -> str:
 def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:
     """One input: a JSON array element by element, an OTLP/JSON document as a whole, anything
     else line by line."""
+    stream = _filled(stream)
     if _starts_json_array(stream):
         _ingest_array(run, stream, source, max_bytes, on_line)
         return
@@ -217,29 +218,37 @@ def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None
             run.ingest_stream(document, source, on_line=on_line)
 
 
-def _pretty_objects(run, stream, source: str, max_bytes: int):
-    """Read ``stream`` as JSON objects one after another when its first non-blank line is a lone
-    ``{`` (objects pretty-printed over many lines, ``jq .`` output: read line by line, every line
-    was a junk quarantine row): each object one unit positioned ``object <i>``
-    (``jsonarray.json_object_stream``), the text after the last one quarantined. Only an input of
-    at most ``max_bytes`` (the body limit) is read so; returns None when it was, else a
-    re-readable stream of the bytes (line by line as before)."""
-    from collector.ingest.jsonarray import feed_values, json_object_stream
+def _pretty_objects(run, stream, source: str, max_bytes: int, first_line: int = 1):
+    """Read ``stream`` as pretty-printed JSON objects and lines (``jsonarray.pretty_units``) when
+    its first non-blank line is a lone ``{`` (``jq .`` output: read line by line, every line of an
+    object was a junk quarantine row): an object is one unit positioned ``object <i>``, any other
+    line one unit positioned by its number (from ``first_line``). Only an input of at most
+    ``max_bytes`` (the body limit) is read so; returns None when it was, else a re-readable
+    stream of the bytes (line by line, as any other input)."""
+    from collector.ingest.jsonarray import pretty_units, starts_pretty_object
 
-    head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip(_WHITESPACE)
-    if head.split(b"\n", 1)[0].strip(_WHITESPACE) != b"{":
+    if not starts_pretty_object(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf")):
         return stream
     data = stream.read(max_bytes + 1)
     if len(data) > max_bytes:
         return io.BufferedReader(_Prefixed(data, stream), 1 << 20)
-    objects = json_object_stream(data.removeprefix(b"\xef\xbb\xbf"))
-    if objects is None:
-        return io.BufferedReader(_Prefixed(data, stream), 1 << 20)
-    feed_values(run, source, *objects, "object", "unparseable: data after the last JSON object or an unterminated object")
+    parser = run.parser
+    for position, unit in pretty_units(data.removeprefix(b"\xef\xbb\xbf"), parser.max_line_bytes, first_line):
+        run.add(parser.feed_bytes(unit, source, position))
     return None
 
 
 _ARRAY_PEEK = 4096
+
+
+def _filled(stream):
+    """``stream`` with its first ``_ARRAY_PEEK`` bytes (or all, when shorter) visible to ``peek``:
+    a pipe's ``peek`` gives what the writer has written so far (``[`` and a newline), too little
+    to tell an array from a text line; then the head is read (waiting for it) and put back."""
+    if len(stream.peek(_ARRAY_PEEK)) >= _ARRAY_PEEK:
+        return stream
+    head = stream.read(_ARRAY_PEEK)
+    return io.BufferedReader(_Prefixed(head, stream), 1 << 20)
 
 
 _WHITESPACE = b" \t\r\n"
@@ -251,17 +260,9 @@ def _starts_json_array(stream) -> bool:
     closing ``]`` — as Fluent Bit's ``format json`` or Vector's ``codec: json`` write one, often
     pretty-printed over many lines. A text line that starts with a bracket (a JVM warning
     ``[0.011s][warning]…``, Logback's ``[main] INFO …``) is no array: the input is read line by line."""
-    return _array_start(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf"))
+    from collector.ingest.jsonarray import starts_record_array
 
-
-def _array_start(head: bytes) -> bool:
-    """``head`` (the first bytes of an input) starts with ``[`` followed by ``{``, or is an empty
-    array ``[]`` alone on its line (whitespace allowed between)."""
-    head = head.lstrip(_WHITESPACE)
-    after = head[1:].lstrip(_WHITESPACE)
-    if head[:1] != b"[" or after[:1] not in (b"{", b"]"):
-        return False
-    return after[:1] == b"{" or after[1:].lstrip(b" \t\r")[:1] in (b"\n", b"")
+    return starts_record_array(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf"))
 
 
 def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> None:
@@ -272,7 +273,7 @@ def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> Non
     What follows the array is read too, nothing dropped: further arrays (one per line, as saved
     HTTP batches are; their elements numbered on), and any other text line by line, each line
     positioned by its number in the input."""
-    from collector.ingest.jsonarray import CHUNK_BYTES, JsonArrayElements, feed_elements
+    from collector.ingest.jsonarray import CHUNK_BYTES, JsonArrayElements, feed_elements, starts_record_array
 
     limit = max(run.parser.max_line_bytes, max_bytes)
     counted = _CountingReader(stream)
@@ -291,13 +292,14 @@ def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> Non
             after = (after + more).lstrip(_WHITESPACE)
         if not after:
             return
-        if _array_start(after):
+        if starts_record_array(after):
             reader = _Prefixed(after, counted)
             continue
         # Lines before ``after``: every newline read, less those still ahead in ``after``.
         first_line = counted.newlines - after.count(b"\n") + 1
-        run.ingest_stream(io.BufferedReader(_Prefixed(after, counted), 1 << 20), source, on_line=on_line,
-                          first_line=first_line)
+        rest = _pretty_objects(run, io.BufferedReader(_Prefixed(after, counted), 1 << 20), source, max_bytes, first_line)
+        if rest is not None:
+            run.ingest_stream(rest, source, on_line=on_line, first_line=first_line)
         return
 
 

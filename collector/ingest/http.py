@@ -42,7 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.ingest.jsonarray import JsonArrayElements, feed_elements, feed_values, json_object_stream
+from collector.ingest.jsonarray import (JsonArrayElements, feed_elements, feed_values, json_object_stream,
+                                       pretty_units, starts_pretty_object, starts_record_array)
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
 from collector.ingest.otlp import OtlpMalformed, export_response, json_depth_limit, records_from_json, records_from_protobuf
 from collector.ingest.pan import mask_text
@@ -196,15 +197,32 @@ def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
     """
     body = body.removeprefix(_UTF8_BOM)
     head = body.lstrip()[:1]
-    if head == b"[":  # every element is kept whole: the body limit already bounds them
-        feed_elements(run, JsonArrayElements(io.BytesIO(body), len(body), chunk_bytes=max(len(body), 1)), source)
+    if head == b"[" and starts_record_array(body[:4096]):
+        # One array (every element kept whole: the body limit already bounds them); anything after
+        # it (arrays one per line, text) makes the body lines, each array line's elements units.
+        elements = JsonArrayElements(io.BytesIO(body), len(body), chunk_bytes=max(len(body), 1), keep_after=True)
+        values = list(elements)
+        if elements.after is None or not elements.after.strip():
+            feed_elements(run, elements, source, read=values)
+            return
+    if head == b"{" and starts_pretty_object(body[:4096]):
+        parser = run.parser
+        for position, data in pretty_units(body, parser.max_line_bytes):
+            run.add(parser.feed_bytes(data, source, position))
         return
     stream = json_object_stream(body) if head == b"{" else None
     if stream is not None:
-        feed_values(run, source, *stream, "object", "unparseable: data after the last JSON object or an unterminated object")
+        objects, end = stream
+        feed_values(run, source, objects, None, "object", "")
+        _feed_lines(run, body[end:], source, body.count(b"\n", 0, end) + 1)
         return
+    _feed_lines(run, body, source, 1)
+
+
+def _feed_lines(run: IngestRun, text: bytes, source: str, first: int) -> None:
+    """Each line of ``text`` one unit, positioned by its number (``first`` for the first)."""
     parser = run.parser
-    for n, line in enumerate(body.split(b"\n"), start=1):
+    for n, line in enumerate(text.split(b"\n"), start=first):
         run.add(parser.feed_bytes(line, source, str(n)))
 
 

@@ -168,10 +168,22 @@ class JsonArrayElements:
         self.rest = rest or None
 
 
+def starts_record_array(head: bytes) -> bool:
+    """``head`` (the first bytes of an input) starts like a JSON array of records: ``[`` followed by
+    ``{``, or an empty array ``[]`` alone on its line (whitespace allowed between) — not a text line
+    that starts with a bracket (a JVM ``[0.011s][warning]…``, Logback's ``[main] INFO …``)."""
+    head = head.lstrip(_WHITESPACE)
+    after = head[1:].lstrip(_WHITESPACE)
+    if head[:1] != b"[" or after[:1] not in (b"{", b"]"):
+        return False
+    return after[:1] == b"{" or after[1:].lstrip(b" \t\r")[:1] in (b"\n", b"")
+
+
 def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_element: Any = None,
-                  first: int = 1) -> int:
+                  first: int = 1, read: list[tuple[bytes, int]] | None = None) -> int:
     """Parse every element of ``elements`` into ``run`` (an ``IngestRun``; no commit); returns
-    the number of the last position taken (``first - 1`` when none).
+    the number of the last position taken (``first - 1`` when none). ``read``: the elements,
+    when the caller has iterated ``elements`` already.
 
     Each element is one unit positioned ``element <i>`` (from ``first``: the arrays of one file
     are numbered on), so ``read`` counts elements; an empty element and the text after the array
@@ -179,7 +191,7 @@ def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_elem
     """
     parser = run.parser
     n = first - 1
-    for n, (data, total) in enumerate(elements, start=first):
+    for n, (data, total) in enumerate(elements if read is None else read, start=first):
         position = f"element {n}"
         if data:
             run.add(parser.feed_bytes(data, source, position, total if total != len(data) else None))
@@ -196,22 +208,17 @@ def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_elem
     return n
 
 
-def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
-    """Top-level JSON objects written back to back (Fluent Bit ``format json_stream``), found
-    without decoding (iterative, no recursion); whitespace between them is allowed.
-
-    Returns:
-        ``(objects, rest)``: ``rest`` holds the text from the first byte that does not start an
-        object, or the unterminated last object, when there is any (quarantined by the caller),
-        else None.
-    """
+def _objects(body: bytes) -> tuple[list[bytes], int]:
+    """The top-level JSON objects written back to back at the start of ``body`` (whitespace between
+    them allowed), found without decoding (iterative, no recursion), and the offset just after the
+    last complete one (0 when there is none)."""
     objects: list[bytes] = []
     end = depth = start = 0
     for m in _TOKEN.finditer(body):
         c = body[m.start()]
         if depth == 0:
             if c != 0x7B or body[end:m.start()].strip():  # only whitespace, then "{", between objects
-                return objects, body[end:].strip() or None
+                return objects, end
             start = m.start()
         if c == 0x22:  # a string literal
             continue
@@ -222,24 +229,73 @@ def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
             if depth == 0:
                 end = m.end()
                 objects.append(body[start:end])
+    return objects, end
+
+
+def split_json_stream(body: bytes) -> tuple[list[bytes], bytes | None]:
+    """Top-level JSON objects written back to back (Fluent Bit ``format json_stream``), found
+    without decoding (iterative, no recursion); whitespace between them is allowed.
+
+    Returns:
+        ``(objects, rest)``: ``rest`` holds the text from the first byte that does not start an
+        object, or the unterminated last object, when there is any, else None.
+    """
+    objects, end = _objects(body)
     return objects, body[end:].strip() or None
 
 
-def json_object_stream(body: bytes) -> tuple[list[bytes], bytes | None] | None:
-    """``split_json_stream(body)`` when ``body`` is JSON objects written one after another rather
-    than one per line (NDJSON), else None: its first line holds more than one object (Fluent Bit
-    ``json_stream``), or its first non-blank line is a lone ``{`` — objects pretty-printed over
-    many lines, as ``jq .`` or Jackson's pretty printer write them, whose lines read one by one
-    are junk."""
-    body = body.lstrip(_WHITESPACE)
-    newline = body.find(b"\n")
-    first_line = body if newline < 0 else body[:newline]
-    if first_line.strip(_WHITESPACE) == b"{":
-        return split_json_stream(body)
+def json_object_stream(body: bytes) -> tuple[list[bytes], int] | None:
+    """``(objects, end)`` when the first line of ``body`` holds more than one JSON object written
+    back to back (Fluent Bit ``json_stream``; NDJSON has one per line), else None. ``end`` is the
+    offset just after the last complete object: the caller reads what follows line by line, so
+    nothing after it is lost in one quarantined unit."""
+    lead = len(body) - len(body.lstrip(_WHITESPACE))
+    newline = body.find(b"\n", lead)
+    first_line = body[lead:] if newline < 0 else body[lead:newline]
     objects, rest = split_json_stream(first_line)
     if len(objects) + (rest is not None and rest.startswith(b"{")) < 2:
         return None
-    return (objects, rest) if newline < 0 else split_json_stream(body)
+    objects, end = _objects(body[lead:])
+    return objects, lead + end
+
+
+def starts_pretty_object(head: bytes) -> bool:
+    """The first non-blank line of ``head`` is a lone ``{``: JSON objects pretty-printed over many
+    lines, as ``jq .`` or Jackson's pretty printer write them (``pretty_units``)."""
+    head = head.lstrip(_WHITESPACE)
+    return head.split(b"\n", 1)[0].strip(_WHITESPACE) == b"{"
+
+
+def pretty_units(body: bytes, max_object_bytes: int, first_line: int = 1) -> list[tuple[str, bytes]]:
+    """The units of a text of pretty-printed JSON objects and other lines, ``(position, data)``:
+    an object runs from a line that is a lone ``{`` to the next line that is a lone ``}`` at its
+    start (a pretty printer indents every nested closing brace), at most ``max_object_bytes``,
+    and is positioned ``object <i>``; every other line is a unit of its own, positioned by its
+    line number (from ``first_line``). A lone ``{`` whose object never closes that way (a broken
+    object, an NDJSON line after it) is a line too, and reading goes on from the next line: one
+    bad object, or text between the objects (NDJSON after a pretty-printed start-up block),
+    loses nothing after it."""
+    lines = body.split(b"\n")
+    units: list[tuple[str, bytes]] = []
+    objects = 0
+    i = 0
+    while i < len(lines):
+        if lines[i].strip(_WHITESPACE) == b"{":
+            size, j = len(lines[i]), i + 1
+            while j < len(lines) and size <= max_object_bytes:
+                line = lines[j]
+                if line.rstrip(_WHITESPACE) == b"}" or line[:1] == b"{":  # the close, or an NDJSON line
+                    break
+                size += len(line) + 1
+                j += 1
+            if j < len(lines) and lines[j].rstrip(_WHITESPACE) == b"}" and size <= max_object_bytes:
+                objects += 1
+                units.append((f"object {objects}", b"\n".join(lines[i:j + 1])))
+                i = j + 1
+                continue
+        units.append((str(first_line + i), lines[i]))
+        i += 1
+    return units
 
 
 def feed_values(run: Any, source: str, values: list[bytes], rest: bytes | None, unit: str, reason: str) -> None:

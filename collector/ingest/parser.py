@@ -28,6 +28,7 @@ range-checked while the record is built (``payloads.RecordBuilder``), never left
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any, Callable, Iterable
@@ -311,6 +312,26 @@ class LineParser:
         except JsonRejected as exc:
             return [self.reject(line, exc.reason, source, position)]
 
+    def _array_line(self, body: str, source: str, position: str) -> list[Outcome] | None:
+        """A line that is one JSON array (a saved HTTP batch: Fluent Bit ``format json``, Vector
+        ``codec: json``, one per line): each element one unit positioned ``<line> element <i>``, as
+        an array file's elements are, so ``read`` counts elements. None when the line is not a JSON
+        array (``[main] INFO …``, a JVM ``[0.011s][warning]`` line: the line's own reason). An
+        element that is itself an array is not expanded (its reason says it is no object)."""
+        try:
+            if not isinstance(orjson.loads(body), list):
+                return None
+        except orjson.JSONDecodeError:
+            return None
+        from collector.ingest.jsonarray import JsonArrayElements
+
+        data = body.encode("utf-8", "surrogatepass")
+        outcomes: list[Outcome] = []
+        elements = JsonArrayElements(io.BytesIO(data), len(data), chunk_bytes=max(len(data), 1), rest_bytes=None)
+        for n, (element, _total) in enumerate(elements, start=1):
+            outcomes.extend(self.feed_text(element.decode("utf-8", "surrogatepass"), source, f"{position} element {n}"))
+        return outcomes
+
     def feed_otlp_document(self, doc: dict[str, Any], source: str) -> list[Outcome]:
         """The records of a decoded OTLP/JSON export request read as one document (a file), one
         outcome each; a request whose structure is wrong (``otlp.OtlpMalformed``) is one
@@ -392,6 +413,10 @@ class LineParser:
                 raise Rejected("wrong-format: not a CRI log line (<time> <stream> <P|F> <content>) but --format cri")
         body = _strip(line)
         if not body.startswith("{"):
+            if body.startswith("[") and position is not None and "element" not in position:  # one level
+                elements = self._array_line(body, source, position)
+                if elements is not None:
+                    return elements
             raise Rejected(_not_an_object(body))
         # one scan decides whether the slow sanitising checks run
         special = "\x00" in body or has_unicode_escape(body) is not None
