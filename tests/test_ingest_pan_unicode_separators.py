@@ -76,10 +76,12 @@ def test_a_card_grouped_by_each_new_separator_is_masked(sep):
         text = f"card {_grouped(card, sep)} declined"
         assert pan.mask_text(text) == (f"card {masked} declined", 1), text
         assert pan.may_contain_pan(text) and not (text.isascii() and pan._clean_ascii(text))
-        # any grouping with a single separator (4-12), and runs of it (two between groups); "+" only
-        # in a card's groups (``pan._plus_card``: tests/test_ingest_pan_escape_combinations.py)
+        # any grouping with a single separator (4-12), and runs of it (two between groups); "+",
+        # middle dots and bullets only in a card's groups (``pan._plus_card``:
+        # tests/test_ingest_pan_escape_combinations.py; a middle dot is also a decimal point)
         split = f"pan={card[:4]}{sep}{card[4:]}"
-        assert pan.mask_text(split) == ((split, 0) if sep == "+" else (f"pan={masked}", 1))
+        layout_only = sep == "+" or sep in pan._DOT_SEPARATORS
+        assert pan.mask_text(split) == ((split, 0) if layout_only else (f"pan={masked}", 1))
         assert pan.mask_text(f"pan={_grouped(card, sep * 2)};") == (f"pan={masked};", 1)
     assert pan.mask_identifier(f"TX-{_grouped(VISA, sep)}") == (f"TX-{VISA_MASKED}", 1)
 
@@ -384,3 +386,12 @@ def test_a_card_number_in_utf16_bytes_of_an_otlp_bytes_value_is_masked():
     tally = Tally()
     stored = base64.b64decode(bytes_value_text(f"card {VISA}".encode("utf-16-le"), tally))
     assert tally.pans == 1 and VISA not in stored.replace(b"\x00", b"").decode("latin-1")
+
+
+@pytest.mark.parametrize("text", ["readings 98·00 89·57 34·92 29·75 13·40", "epoch 1775792846·339623",
+                                  "• 41 • 11 • 11 • 11 • 11 • 11 • 11 • 11", "v1·2·3 build 4111111·111111111"])
+def test_middle_dots_as_decimal_points_and_bullet_lists_are_left_alone(text):
+    """Middle dots and bullets separate a card's groups only in its layout: as decimal points
+    (British style) and list bullets they joined numbers into false card numbers (63 % of random
+    reading lines were damaged)."""
+    assert pan.mask_text(text) == (text, 0)

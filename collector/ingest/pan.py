@@ -83,7 +83,8 @@ _SEPARATOR_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Pd"})
 _CATEGORY_SEPARATORS = "".join(ch for ch in map(chr, range(0x20000))
                                if unicodedata.category(ch) in _SEPARATOR_CATEGORIES)
 # Middle dots and bullets people put between groups on screens and receipts (``4111 · 1111 · …``:
-# stored whole, tester's finding): U+00B7, U+2022, U+2027, U+2219, U+30FB, U+FF65. And
+# stored whole, tester's finding): U+00B7, U+2022, U+2027, U+2219, U+30FB, U+FF65 — in a card's
+# layout only, as "+" (``_plus_card``: a middle dot is also a decimal point). And
 # NUL, which stands between the digits of UTF-16 text read as UTF-8 (``4\x001\x00…``; a rejected
 # line is masked before its NULs become U+FFFD for storage): a card number in a UTF-16 body was
 # quarantined with every digit readable.
@@ -455,10 +456,17 @@ PLUS_LAYOUTS = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (
 _PLUS_ESCAPE = re.compile(r"\\+u002[bB]")
 
 
+# The middle dots and bullets (``_DOT_SEPARATORS``) and their JSON escapes: separators in a card's layout only, as "+".
+_DOT_ESCAPE = re.compile(r"\\+u(?:00[bB]7|202[27]|2219|30[fF][bB]|[fF][fF]65)")
+
+
 def _has_plus(sep: str) -> bool:
     """Whether the separator run ``sep`` holds a ``+`` (or its JSON escape; ``%2B`` is decoded to one
-    in ``mask_text``'s decoded copy)."""
-    return "+" in sep or ("\\" in sep and _PLUS_ESCAPE.search(sep) is not None)
+    in ``mask_text``'s decoded copy) or a middle dot or bullet (``_DOT_SEPARATORS``): separators
+    that count only between a card's groups (``_plus_card``)."""
+    if "+" in sep or any(ch in _DOT_SEPARATORS for ch in sep):
+        return True
+    return "\\" in sep and (_PLUS_ESCAPE.search(sep) is not None or _DOT_ESCAPE.search(sep) is not None)
 
 
 def _plus_card(groups: list[str]) -> bool:
@@ -472,7 +480,9 @@ def _plus_card(groups: list[str]) -> bool:
     (``1271+3632+1768+4366``, ``3389065+8645929``): as a separator in any grouping it doubled the
     masking of such text (tester's measurement, e.g. 11% → 22% of epoch-ms-with-offset samples). A
     4-4-4-4 sum is a card's shape: the issuer prefix (every payment card network's PAN has one)
-    leaves those starting 0, 1, 20-21, 28-29, 7, 80, 83-89, 9."""
+    leaves those starting 0, 1, 20-21, 28-29, 7, 80, 83-89, 9. Middle dots and bullets likewise
+    (``4111 · 1111 · 1111 · 1111`` on a receipt), and for the same reason: a middle dot is also a
+    decimal point (``98·00 89·57 34·92``, ``1775792846·339623``) and a bullet lists short numbers."""
     return (tuple(len(g) for g in groups) in PLUS_LAYOUTS
             and card_issuer_prefix(groups[0][0], groups[0][1]))
 
