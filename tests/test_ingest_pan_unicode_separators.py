@@ -41,7 +41,8 @@ NEW_SEPARATORS = {
     "yezidi-hyphenation-mark": "\U00010ead",  # beyond the BMP: a surrogate pair when JSON-escaped
     # middle dots and bullets (``4111 · 1111 · …`` was stored whole), and NUL (UTF-16 text read as UTF-8)
     "middle-dot": "\u00b7", "bullet": "\u2022", "hyphenation-point": "\u2027", "bullet-operator": "\u2219",
-    "katakana-middle-dot": "\u30fb", "halfwidth-katakana-middle-dot": "\uff65", "nul": "\x00",
+    "katakana-middle-dot": "\u30fb", "halfwidth-katakana-middle-dot": "\uff65", "dot-operator": "\u22c5",
+    "hyphen-bullet": "\u2043", "white-bullet": "\u25e6", "nul": "\x00",
 }
 IDS = list(NEW_SEPARATORS)
 SEPS = list(NEW_SEPARATORS.values())

@@ -83,12 +83,13 @@ _SEPARATOR_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Pd"})
 _CATEGORY_SEPARATORS = "".join(ch for ch in map(chr, range(0x20000))
                                if unicodedata.category(ch) in _SEPARATOR_CATEGORIES)
 # Middle dots and bullets people put between groups on screens and receipts (``4111 · 1111 · …``:
-# stored whole, tester's finding): U+00B7, U+2022, U+2027, U+2219, U+30FB, U+FF65 — in a card's
+# stored whole, tester's finding): U+00B7, U+2022, U+2027, U+2219, U+22C5, U+2043, U+25E6, U+30FB,
+# U+FF65 — in a card's
 # layout only, as "+" (``_plus_card``: a middle dot is also a decimal point). And
 # NUL, which stands between the digits of UTF-16 text read as UTF-8 (``4\x001\x00…``; a rejected
 # line is masked before its NULs become U+FFFD for storage): a card number in a UTF-16 body was
 # quarantined with every digit readable.
-_DOT_SEPARATORS = "\u00b7\u2022\u2027\u2219\u30fb\uff65"
+_DOT_SEPARATORS = "\u00b7\u2022\u2027\u2219\u22c5\u2043\u25e6\u30fb\uff65"
 _ENCODING_DEBRIS = "\x00"
 _SINGLE_SEPARATORS = "".join(dict.fromkeys(" -\t" + _CATEGORY_SEPARATORS + "\v\f\u2212+" + _INVISIBLE_SEPARATORS
                                            + _DOT_SEPARATORS + _ENCODING_DEBRIS))
@@ -457,7 +458,7 @@ _PLUS_ESCAPE = re.compile(r"\\+u002[bB]")
 
 
 # The middle dots and bullets (``_DOT_SEPARATORS``) and their JSON escapes: separators in a card's layout only, as "+".
-_DOT_ESCAPE = re.compile(r"\\+u(?:00[bB]7|202[27]|2219|30[fF][bB]|[fF][fF]65)")
+_DOT_ESCAPE = re.compile(r"\\+u(?:00[bB]7|202[27]|2219|22[cC]5|2043|25[eE]6|30[fF][bB]|[fF][fF]65)")
 
 
 def _has_plus(sep: str) -> bool:

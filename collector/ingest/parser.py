@@ -335,12 +335,12 @@ class LineParser:
     def feed_otlp_document(self, doc: dict[str, Any], source: str) -> list[Outcome]:
         """The records of a decoded OTLP/JSON export request read as one document (a file), one
         outcome each; a request whose structure is wrong (``otlp.OtlpMalformed``) is one
-        quarantined unit, its reason naming the member (position None: the whole document)."""
+        quarantined unit, its reason naming the member (position ``document``: the whole of it)."""
         doc = storable(doc)  # a lone surrogate escape in a string: "?" as in a line, not a crash
         try:
             records = records_from_json(doc)
         except OtlpMalformed as exc:
-            return [self.reject(canonical_json(doc).decode("utf-8"), exc.reason, source, None)]
+            return [self.reject(canonical_json(doc).decode("utf-8"), exc.reason, source, "document")]
         return self.feed_otlp_records(records, source)
 
     def feed_otlp_records(self, records: Iterable[OtlpLogRecord], source: str, position_prefix: str = "") -> list[Outcome]:
