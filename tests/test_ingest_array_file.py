@@ -214,3 +214,15 @@ def test_a_broken_pretty_object_loses_nothing_after_it(tmp_path, database_url, s
     stored, quarantined = _positions(sessions)
     assert stored == [("object 2", "PP-9"), (str(text.count("\n")), "PP-10")]
     assert quarantined == [("object 1", "unparseable")]
+
+
+def test_pretty_printed_objects_after_a_text_line_are_still_one_unit_each(tmp_path, database_url, sessions):
+    """A JVM warning before ``jq .`` output: only the first non-blank line was looked at, so every
+    line of both objects was quarantined on its own (read 45, stored 0)."""
+    objects = "\n".join(json.dumps(json.loads(_ecs_line(f"PT-{i}")), indent=2) for i in (1, 2))
+    path = tmp_path / "jvm-then-jq.json"
+    path.write_text("[0.011s][warning][gc] -XX:+UseG1GC is deprecated\n" + objects + "\n", encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (3, 2, 1)
+    stored, quarantined = _positions(sessions)
+    assert stored == [("object 1", "PT-1"), ("object 2", "PT-2")] and [p for p, _ in quarantined] == ["1"]

@@ -227,6 +227,7 @@ def _pretty_objects(run, stream, source: str, max_bytes: int, first_line: int = 
     stream of the bytes (line by line, as any other input)."""
     from collector.ingest.jsonarray import pretty_units, starts_pretty_object
 
+    stream = _filled(stream)  # a re-readable stream's peek may give only its first piece
     if not starts_pretty_object(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf")):
         return stream
     data = stream.read(max_bytes + 1)

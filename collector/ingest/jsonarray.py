@@ -260,10 +260,10 @@ def json_object_stream(body: bytes) -> tuple[list[bytes], int] | None:
 
 
 def starts_pretty_object(head: bytes) -> bool:
-    """The first non-blank line of ``head`` is a lone ``{``: JSON objects pretty-printed over many
-    lines, as ``jq .`` or Jackson's pretty printer write them (``pretty_units``)."""
-    head = head.lstrip(_WHITESPACE)
-    return head.split(b"\n", 1)[0].strip(_WHITESPACE) == b"{"
+    """A line of ``head`` (the first bytes of an input) is a lone ``{``: JSON objects pretty-printed
+    over many lines, as ``jq .`` or Jackson's pretty printer write them (``pretty_units``), also
+    after a few text lines (a JVM warning, a start-up banner)."""
+    return any(line.strip(_WHITESPACE) == b"{" for line in head.split(b"\n"))
 
 
 def pretty_units(body: bytes, max_object_bytes: int, first_line: int = 1) -> list[tuple[str, bytes]]:
