@@ -53,7 +53,7 @@ def test_the_missing_id_reason_lists_the_same_order():
     [out] = parser.feed_bytes(b'{"@timestamp":"2025-03-04T10:15:00Z","decision":"APPROVE"}', "test", "1")
     assert out.record is None
     assert out.reason == ("missing-transaction-id: no transaction id field (looked for " + ", ".join(ORDER)
-                          + "; configure more with --aliases)")
+                          + ", each also under mdc., MDC., context., contextMap., labels.; configure more with --aliases)")
 
 
 def test_disagreement_names_the_fields_not_the_values():

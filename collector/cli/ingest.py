@@ -88,6 +88,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     else:
         for line in _summary_lines(counts):
             click.echo(line)
+        click.echo(f"  run {run.run_id}")
         if counts.quarantined:
             sources = [_source(p) for p in paths]
             shown = f"--source {shlex.quote(sources[0])}"  # one word the user can paste

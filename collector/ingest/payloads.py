@@ -169,7 +169,8 @@ class RecordBuilder:
                 raise Rejected(f"bad-transaction-id: field {unusable[0]!r} {unusable[1]}, not a transaction id "
                                "(a non-blank string or a number)")
             raise Rejected("missing-transaction-id: no transaction id field (looked for "
-                           + ", ".join(a.names["transaction_id"]) + "; configure more with --aliases)")
+                           + ", ".join(a.names["transaction_id"]) + ", each also under "
+                           + ", ".join(a.mdc_prefixes) + "; configure more with --aliases)")
         txn_name, txn_value = hit
         txn = _scalar_text(txn_value)
         if txn is None:

@@ -93,7 +93,8 @@ def require_current_schema(engine: Engine) -> None:
     if current == head:
         return
     if current is None:
-        raise UserError(f"database {where} has no draudit schema; run `draudit db upgrade` first")
+        raise UserError(f"database {where} has no draudit schema; run `draudit db upgrade --database-url {where}` "
+                        "first (the same URL, also when it came from DRAUDIT_DATABASE_URL)")
     script = ScriptDirectory(str(MIGRATIONS_DIR))
     try:
         script.get_revision(current)
