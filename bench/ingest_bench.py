@@ -40,13 +40,14 @@ the run stored into the same tables — its records, quarantine rows and ledger 
 hashes as the run left them (read from a first, untimed pipeline run) — the issue's "same rows into
 the same tables with the same indexes".
 
-Last measured (2 vCPUs, 2026-11-30; README's performance table keeps the history):
-1 M lines, one run: PostgreSQL 16.0 k lines/s = 0.86x executemany, 0.37x COPY (43 k rows/s), 0.49x all
-rows (CPU per line: client 25 + parse workers 63 + server 28 µs; COPY 27 µs per row).
-100 k lines, best of 3: PostgreSQL 16.6 k lines/s = 0.84x executemany, 0.31x COPY (52.9 k rows/s),
-0.36x all rows; SQLite 16.4 k lines/s = 0.47x executemany, 0.53x all rows.
-Target >= 0.5x: met against executemany on PostgreSQL; not against COPY: both CPUs are busy (1.86 of 2)
-and the pipeline spends ~88 µs of client CPU per line parsing, masking, hashing and ledgering.
+Last measured (2 vCPUs, 2026-11-30, machine otherwise quiet; README's performance table keeps the history):
+1 M lines, one run: PostgreSQL 17.6 k lines/s = 0.68x executemany, 0.30x COPY (58.1 k rows/s), 0.43x all
+rows (41.2 k rows/s); CPU per line: client 25 + parse workers 56 + server 23 µs; 1.84 of 2 CPUs busy, so
+the CPU-bound ceiling is 0.33x COPY and 0.47x all rows. SQLite (same day, 1 M): 14.0 k lines/s = 0.70x
+executemany, 0.76x all rows.
+Target >= 0.5x: met on SQLite and against executemany on PostgreSQL; not against COPY: parsing,
+masking, hashing and ledgering take ~80 µs of client CPU per line against COPY's ~21 µs per row, and
+both CPUs are busy.
 """
 
 from __future__ import annotations
