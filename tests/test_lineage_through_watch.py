@@ -231,6 +231,24 @@ def _watch(srv, sessions):
     return w, now_ns()
 
 
+def _on_gpu_a(claim: dict) -> dict:
+    """The trace fields of a transaction served by gpu-node-a/gpu-0 (GPU A, an A100) through ``claim``."""
+    return dict(node="gpu-node-a", claim=claim, pool="gpu-node-a", device="gpu-0", device_uuid=GPU_A, gpu=GPU_A,
+                product=A100)
+
+
+def _recorded_and_settled(srv, sessions) -> int:
+    """Record the history as it stands, then wait until the sync lies beyond the tolerance: an
+    instant ``t`` (µs) in the middle of that quiet stretch, which a transaction can be placed at."""
+    w, synced = _watch(srv, sessions)
+    try:
+        t = _settle(synced)
+        _settle(t)
+    finally:
+        w.stop()
+    return t
+
+
 # --------------------------------------------------------------------------------------------
 # 1. a pod restarted onto another GPU
 # --------------------------------------------------------------------------------------------
@@ -318,12 +336,7 @@ def test_mig_slice_resolves_to_the_parent_gpu(srv, sessions, database_url, tmp_p
     kyc_claim = srv.apply(allocate(kyc_claim, [("gpu", DRIVER, "gpu-node-c", "gpu-0-mig-3g40gb-9-4")], kyc,
                                    node="gpu-node-c"))
     kyc = _run_on(srv, kyc, "gpu-node-c")
-    w, synced = _watch(srv, sessions)
-    try:
-        t = _settle(synced)
-        _settle(t)
-    finally:
-        w.stop()
+    t = _recorded_and_settled(srv, sessions)
 
     _ingest(sessions, database_url, tmp_path, [_fluent_bit_line("TXN-20261129-000301", t, scorer, "gpu-node-c")])
     with sessions.begin() as s:
@@ -352,12 +365,7 @@ def test_shared_claim_both_pods_exact_each_names_the_other(srv, sessions, databa
     shared = srv.apply(reserve(shared, pod_b))
     pod_b = _run_on(srv, pod_b, "gpu-node-a")
     assert [r["uid"] for r in shared["status"]["reservedFor"]] == [pod_a["metadata"]["uid"], pod_b["metadata"]["uid"]]
-    w, synced = _watch(srv, sessions)
-    try:
-        t = _settle(synced)
-        _settle(t)
-    finally:
-        w.stop()
+    t = _recorded_and_settled(srv, sessions)
 
     _ingest(sessions, database_url, tmp_path, [
         _fluent_bit_line("TXN-20261129-000401", t, pod_a, "gpu-node-a"),
@@ -366,8 +374,7 @@ def test_shared_claim_both_pods_exact_each_names_the_other(srv, sessions, databa
     with sessions.begin() as s:
         assert attribute(s, cluster=CLUSTER, clock_skew_s=SKEW_S) == {"exact": 2, "ambiguous": 0, "unattributed": 0}
     docs = _cli_trace(database_url, monkeypatch, "TXN-20261129-000401", "TXN-20261129-000402")
-    on_a = dict(node="gpu-node-a", claim=shared, pool="gpu-node-a", device="gpu-0", device_uuid=GPU_A, gpu=GPU_A,
-                product=A100)
+    on_a = _on_gpu_a(shared)
     assert docs == [
         _expected(sessions, "TXN-20261129-000401", t, pod_a, co_tenants=[_tenant(pod_b, shared)], **on_a),
         _expected(sessions, "TXN-20261129-000402", t + 3_000_000, pod_b, co_tenants=[_tenant(pod_a, shared)], **on_a),
@@ -416,8 +423,7 @@ def test_transactions_within_the_tolerance_of_allocation_or_deallocation_are_amb
         run = attribute_run(s, cluster=CLUSTER, clock_skew_s=skew)
     assert run.as_json()["by_reason"] == {"skew-window": 2}
     assert (run.as_json()["exact"], run.as_json()["ambiguous"]) == (1, 2)
-    on_a = dict(node="gpu-node-a", claim=claim, pool="gpu-node-a", device="gpu-0", device_uuid=GPU_A, gpu=GPU_A,
-                product=A100)
+    on_a = _on_gpu_a(claim)
     docs = _cli_trace(database_url, monkeypatch, *txns)
     assert docs == [
         _expected(sessions, "TXN-20261129-000501", t_alloc_edge, pod, status="ambiguous", reason="skew-window", **on_a),
@@ -484,8 +490,7 @@ def test_transaction_during_a_coverage_gap_is_unattributed(srv, sessions, databa
         run = attribute_run(s, cluster=CLUSTER, clock_skew_s=SKEW_S)
     assert run.as_json()["by_reason"] == {"coverage-gap": 1}
     assert (run.as_json()["exact"], run.as_json()["unattributed"]) == (2, 1)
-    on_a = dict(node="gpu-node-a", claim=claim, pool="gpu-node-a", device="gpu-0", device_uuid=GPU_A, gpu=GPU_A,
-                product=A100)
+    on_a = _on_gpu_a(claim)
     docs = _cli_trace(database_url, monkeypatch, "TXN-20261129-000601", "TXN-20261129-000602", "TXN-20261129-000603")
     assert docs == [
         _expected(sessions, "TXN-20261129-000601", t_before, pod, **on_a),
@@ -526,12 +531,7 @@ def test_transaction_from_a_pod_without_a_claim(srv, sessions, database_url, tmp
     gateway = srv.apply(make_pod("fraud-gateway-7f8c9-q2w3e", NS, containers=_containers(pod_claim=None)))
     gateway = _run_on(srv, gateway, "gpu-node-b")
     assert "resourceClaims" not in gateway["spec"]
-    w, synced = _watch(srv, sessions)
-    try:
-        t = _settle(synced)
-        _settle(t)
-    finally:
-        w.stop()
+    t = _recorded_and_settled(srv, sessions)
     with sessions() as s:
         pods = set(s.execute(select(ObjectVersion.name).where(ObjectVersion.kind == "Pod")).scalars())
     assert pods == {"fraud-explainer-6d5f4-k8j2n", "fraud-gateway-7f8c9-q2w3e"}
