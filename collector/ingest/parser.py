@@ -71,7 +71,11 @@ def _not_an_object(body: str) -> str:
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if body[:1] == "[" and len(body) <= 4096 and body.count("[") < 64:  # an array cut or broken, not deep nesting
+        # an array cut or broken after its first element, not deep nesting nor a text line that
+        # starts with a bracket (a JVM "[0.011s][warning]…", Logback "[main] INFO …": its first
+        # "element" is already no JSON)
+        first_end = min((i for i in (body.find(","), body.find("]")) if i >= 0), default=len(body))
+        if body[:1] == "[" and len(body) <= 4096 and body.count("[") < 64 and exc.pos > first_end:
             return f"unparseable: invalid JSON array ({exc})"
         return "unparseable: not JSON and not a CRI log line (plain text)"
     return f"unparseable: {_JSON_KIND.get(type(value), 'a JSON value')}, not an object (a log record is a JSON object)"
