@@ -78,7 +78,7 @@ def test_a_card_grouped_by_each_new_separator_is_masked(sep):
         assert pan.mask_text(text) == (f"card {masked} declined", 1), text
         assert pan.may_contain_pan(text) and not (text.isascii() and pan._clean_ascii(text))
         # any grouping with a single separator (4-12), and runs of it (two between groups); "+",
-        # middle dots and bullets only in a card's groups (``pan._plus_card``:
+        # middle dots and bullets only in a card's groups (``pan._card_layout``:
         # tests/test_ingest_pan_escape_combinations.py; a middle dot is also a decimal point)
         split = f"pan={card[:4]}{sep}{card[4:]}"
         layout_only = sep == "+" or sep in pan._DOT_SEPARATORS

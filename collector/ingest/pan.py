@@ -6,9 +6,10 @@ annex B), written in one of these ways:
 - grouped in any way by single separators — space, dash, tab, every Unicode space and dash
   (categories Zs and Pd: no-break, thin, ideographic space U+3000, en dash U+2013, full-width
   hyphen-minus U+FF0D…), line and paragraph separator, vertical tab, form feed, minus sign U+2212,
-  ``+`` (a space in URL form encoding: only between a card's groups, 4-4-4-4, 4-6-5, 4-6-4…, with
-  an issuer prefix, ``_plus_card``), an invisible format character (soft hyphen, zero-width
-  space / joiners, word joiner, byte order mark), each also as its JSON escape
+  ``+`` (a space in URL form encoding) and middle dots and bullets (only between a card's groups,
+  4-4-4-4, 4-6-5, 4-6-4…, with an issuer prefix, ``_card_layout``), NUL (UTF-16 text read as
+  UTF-8), an invisible format character (soft hyphen, zero-width space / joiners, word joiner,
+  byte order mark), each also as its JSON escape
   (``4111 1111 1111 1111``, ``3782 822463 10005``, ``4012\t8888\t8888\t1881``, ``4111\u00ad1111…``,
   ``4111–1111–1111–1111``, ``pan=4111+1111+1111+1111``), or as URL percent-escapes
   (``4111%201111%201111%201111``: ``percent_separators_decoded``; with digits written as JSON
@@ -84,11 +85,10 @@ _CATEGORY_SEPARATORS = "".join(ch for ch in map(chr, range(0x20000))
                                if unicodedata.category(ch) in _SEPARATOR_CATEGORIES)
 # Middle dots and bullets people put between groups on screens and receipts (``4111 · 1111 · …``:
 # stored whole, tester's finding): U+00B7, U+2022, U+2027, U+2219, U+22C5, U+2043, U+25E6, U+30FB,
-# U+FF65 — in a card's
-# layout only, as "+" (``_plus_card``: a middle dot is also a decimal point). And
-# NUL, which stands between the digits of UTF-16 text read as UTF-8 (``4\x001\x00…``; a rejected
-# line is masked before its NULs become U+FFFD for storage): a card number in a UTF-16 body was
-# quarantined with every digit readable.
+# U+FF65 — in a card's layout only, as "+" (``_card_layout``: a middle dot is also a decimal point).
+# And NUL, which stands between the digits of UTF-16 text read as UTF-8 (``4\x001\x00…``; a
+# rejected line is masked before its NULs become U+FFFD for storage): a card number in a UTF-16
+# body was quarantined with every digit readable.
 _DOT_SEPARATORS = "\u00b7\u2022\u2027\u2219\u22c5\u2043\u25e6\u30fb\uff65"
 _ENCODING_DEBRIS = "\x00"
 _SINGLE_SEPARATORS = "".join(dict.fromkeys(" -\t" + _CATEGORY_SEPARATORS + "\v\f\u2212+" + _INVISIBLE_SEPARATORS
@@ -450,7 +450,7 @@ def _is_pan(groups: list[str], single: list[bool]) -> bool:
     return luhn_ok(digits)
 
 
-# How a card number is written in groups (``_plus_card``): Visa, Mastercard, Discover 4-4-4-4;
+# How a card number is written in groups (``_card_layout``): Visa, Mastercard, Discover 4-4-4-4;
 # 19-digit cards 4-4-4-4-3; American Express 4-6-5; Diners Club 4-6-4; 13-digit Visa 4-4-5; 15-digit 4-4-4-3.
 PLUS_LAYOUTS = frozenset({(4, 4, 4, 4), (4, 4, 4, 4, 3), (4, 6, 5), (4, 6, 4), (4, 4, 5), (4, 4, 4, 3)})
 # A "+" as a separator unit: itself, or its JSON escape (\u002b) with any number of backslashes.
@@ -461,19 +461,19 @@ _PLUS_ESCAPE = re.compile(r"\\+u002[bB]")
 _DOT_ESCAPE = re.compile(r"\\+u(?:00[bB]7|202[27]|2219|22[cC]5|2043|25[eE]6|30[fF][bB]|[fF][fF]65)")
 
 
-def _has_plus(sep: str) -> bool:
+def _layout_only(sep: str) -> bool:
     """Whether the separator run ``sep`` holds a ``+`` (or its JSON escape; ``%2B`` is decoded to one
     in ``mask_text``'s decoded copy) or a middle dot or bullet (``_DOT_SEPARATORS``): separators
-    that count only between a card's groups (``_plus_card``)."""
+    that count only between a card's groups (``_card_layout``)."""
     if "+" in sep or any(ch in _DOT_SEPARATORS for ch in sep):
         return True
     return "\\" in sep and (_PLUS_ESCAPE.search(sep) is not None or _DOT_ESCAPE.search(sep) is not None)
 
 
-def _plus_card(groups: list[str]) -> bool:
-    """Whether digit ``groups`` joined by separators that include a ``+`` are a card number: its
-    groups are a card's (``PLUS_LAYOUTS``) and it starts as a payment card does
-    (``card_issuer_prefix``).
+def _card_layout(groups: list[str]) -> bool:
+    """Whether digit ``groups`` joined by separators that include a ``+`` (or a middle dot or bullet)
+    are a card number: its groups are a card's (``PLUS_LAYOUTS``) and it starts as a payment card
+    does (``card_issuer_prefix``).
 
     ``+`` is a separator for one reason, URL form encoding of a card written in groups
     (``?pan=4111+1111+1111+1111``); elsewhere it joins numbers that are no card: a version's build
@@ -500,15 +500,16 @@ def _mask_run(run: str) -> tuple[str, int]:
     tokens = _SEP_RUN.split(run)
     seps = _SEP_RUN.findall(run)
     single = [_single_separator(sep) for sep in seps]
-    plus = [_has_plus(sep) for sep in seps]
+    layout_only = [_layout_only(sep) for sep in seps]
     out: list[str] = []
     count = 0
     i = 0
     while i < len(tokens):
         j_found = None
         for j in range(len(tokens), i, -1):
-            # a window whose separators hold a "+" is a PAN only in a card's groups (``_plus_card``)
-            if _is_pan(tokens[i:j], single[i:]) and (not any(plus[i:j - 1]) or _plus_card(tokens[i:j])):
+            # a window whose separators hold a "+", middle dot or bullet is a PAN only in a card's
+            # groups (``_card_layout``)
+            if _is_pan(tokens[i:j], single[i:]) and (not any(layout_only[i:j - 1]) or _card_layout(tokens[i:j])):
                 j_found = j
                 break
         if j_found is None:
