@@ -66,7 +66,7 @@ def test_a_parse_worker_killed_during_ingest_is_one_clear_error(tmp_path, databa
     from collector.ingest import parse_pool
     from collector.ingest.pipeline import IngestRun
 
-    def killed(self, stream, source, on_line=None):
+    def killed(self, stream, source, on_line=None, *, first_line=1):  # IngestRun.ingest_stream's signature
         raise parse_pool.WorkerEnded("parse worker 4242 ended without answering (exit code -9)")
 
     monkeypatch.setattr(IngestRun, "ingest_stream", killed)

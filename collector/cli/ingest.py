@@ -214,30 +214,25 @@ def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None
     if isinstance(document, dict):
         run.add(run.parser.feed_otlp_document(document, source))
     elif document is not None:
-        document = _pretty_objects(run, document, source, max_bytes)
-        if document is not None:
-            run.ingest_stream(document, source, on_line=on_line)
+        _ingest_text(run, document, source, max_bytes, on_line)
 
 
-def _pretty_objects(run, stream, source: str, max_bytes: int, first_line: int = 1):
-    """Read ``stream`` as pretty-printed JSON objects and lines (``jsonarray.pretty_units``) when
-    its first non-blank line is a lone ``{`` (``jq .`` output: read line by line, every line of an
-    object was a junk quarantine row): an object is one unit positioned ``object <i>``, any other
-    line one unit positioned by its number (from ``first_line``). Only an input of at most
-    ``max_bytes`` (the body limit) is read so; returns None when it was, else a re-readable
-    stream of the bytes (line by line, as any other input)."""
-    from collector.ingest.jsonarray import pretty_units, starts_pretty_object
+def _ingest_text(run, stream, source: str, max_bytes: int, on_line=None, first_line: int = 1) -> None:
+    """The lines of ``stream``, numbered from ``first_line``; read as pretty-printed JSON objects
+    and lines (``jsonarray.feed_pretty``) when a line of its first ``_ARRAY_PEEK`` bytes is a lone
+    ``{`` (``jq .`` output: read line by line, every line of an object was a junk quarantine row)
+    and the input is at most ``max_bytes`` (the body limit): an object is then one unit
+    positioned ``object <i>``."""
+    from collector.ingest.jsonarray import feed_pretty, starts_pretty_object
 
     stream = _filled(stream)  # a re-readable stream's peek may give only its first piece
-    if not starts_pretty_object(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf")):
-        return stream
-    data = stream.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        return io.BufferedReader(_Prefixed(data, stream), 1 << 20)
-    parser = run.parser
-    for position, unit in pretty_units(data.removeprefix(b"\xef\xbb\xbf"), parser.max_line_bytes, first_line):
-        run.add(parser.feed_bytes(unit, source, position))
-    return None
+    if starts_pretty_object(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf")):
+        data = stream.read(max_bytes + 1)
+        if len(data) <= max_bytes:
+            feed_pretty(run, data.removeprefix(b"\xef\xbb\xbf"), source, first_line)
+            return
+        stream = io.BufferedReader(_Prefixed(data, stream), 1 << 20)
+    run.ingest_stream(stream, source, on_line=on_line, first_line=first_line)
 
 
 _ARRAY_PEEK = 4096
@@ -299,9 +294,7 @@ def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> Non
             continue
         # Lines before ``after``: every newline read, less those still ahead in ``after``.
         first_line = counted.newlines - after.count(b"\n") + 1
-        rest = _pretty_objects(run, io.BufferedReader(_Prefixed(after, counted), 1 << 20), source, max_bytes, first_line)
-        if rest is not None:
-            run.ingest_stream(rest, source, on_line=on_line, first_line=first_line)
+        _ingest_text(run, io.BufferedReader(_Prefixed(after, counted), 1 << 20), source, max_bytes, on_line, first_line)
         return
 
 

@@ -42,8 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.ingest.jsonarray import (JsonArrayElements, feed_elements, feed_values, json_object_stream,
-                                       pretty_units, starts_pretty_object, starts_record_array)
+from collector.ingest.jsonarray import (JsonArrayElements, feed_elements, feed_pretty, feed_values, json_object_stream,
+                                       starts_pretty_object, starts_record_array)
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
 from collector.ingest.otlp import OtlpMalformed, export_response, json_depth_limit, records_from_json, records_from_protobuf
 from collector.ingest.pan import mask_text
@@ -206,14 +206,12 @@ def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
             feed_elements(run, elements, source, read=values)
             return
     if head == b"{" and starts_pretty_object(body[:4096]):
-        parser = run.parser
-        for position, data in pretty_units(body, parser.max_line_bytes):
-            run.add(parser.feed_bytes(data, source, position))
+        feed_pretty(run, body, source)
         return
     stream = json_object_stream(body) if head == b"{" else None
     if stream is not None:
         objects, end = stream
-        feed_values(run, source, objects, None, "object", "")
+        feed_values(run, source, objects, "object")
         _feed_lines(run, body[end:], source, body.count(b"\n", 0, end) + 1)
         return
     _feed_lines(run, body, source, 1)

@@ -298,12 +298,16 @@ def pretty_units(body: bytes, max_object_bytes: int, first_line: int = 1) -> lis
     return units
 
 
-def feed_values(run: Any, source: str, values: list[bytes], rest: bytes | None, unit: str, reason: str) -> None:
-    """Parse each JSON text of ``values`` into ``run`` as one unit positioned ``<unit> <i>`` (from 1);
-    ``rest`` (the text after them, at most 64 KiB kept) is quarantined with ``reason`` at the next position."""
+def feed_values(run: Any, source: str, values: list[bytes], unit: str) -> None:
+    """Parse each JSON text of ``values`` into ``run`` as one unit positioned ``<unit> <i>`` (from 1)."""
     parser = run.parser
     for i, value in enumerate(values, start=1):
         run.add(parser.feed_bytes(value, source, f"{unit} {i}"))
-    if rest is not None:
-        run.add([parser.reject(rest[:REST_BYTES].decode("utf-8", "replace"), reason, source, f"{unit} {len(values) + 1}",
-                               truncated=len(rest) > REST_BYTES)])
+
+
+def feed_pretty(run: Any, body: bytes, source: str, first_line: int = 1) -> None:
+    """Parse the units of ``body`` (``pretty_units``: pretty-printed objects and other lines) into
+    ``run``, each object held to the parser's line limit."""
+    parser = run.parser
+    for position, data in pretty_units(body, parser.max_line_bytes, first_line):
+        run.add(parser.feed_bytes(data, source, position))

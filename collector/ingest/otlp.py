@@ -200,7 +200,7 @@ def json_any_value(value: Any, tally: Tally | None = None, path: str = "") -> An
     if kind == "boolValue":
         return x is True
     if kind == "intValue":
-        return int(x) if isinstance(x, float) and x.is_integer() else _int(x)
+        return _int(x)
     if kind == "doubleValue":
         try:
             return _finite(float(x))

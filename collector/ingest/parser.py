@@ -66,11 +66,19 @@ _JSON_KIND = {str: "a JSON string", int: "a JSON number", float: "a JSON number"
               bool: "a JSON boolean", type(None): "JSON null"}
 
 
-def _not_an_object(body: str) -> str:
-    """The quarantine reason of a line that does not start with ``{``: what it is, when it is JSON."""
+def _json_or_error(body: str) -> tuple[Any, orjson.JSONDecodeError | None]:
+    """``(value, None)`` when ``body`` is JSON (orjson), else ``(None, the error)``."""
     try:
-        value = orjson.loads(body)
+        return orjson.loads(body), None
     except orjson.JSONDecodeError as exc:
+        return None, exc
+
+
+def _not_an_object(body: str, decoded: tuple[Any, orjson.JSONDecodeError | None]) -> str:
+    """The quarantine reason of a line that does not start with ``{``: what it is, when it is JSON
+    (``decoded``: ``_json_or_error(body)``)."""
+    value, exc = decoded
+    if exc is not None:
         # an array cut or broken after its first element, not deep nesting nor a text line that
         # starts with a bracket (a JVM "[0.011s][warning]…", Logback "[main] INFO …": its first
         # "element" is already no JSON)
@@ -316,17 +324,11 @@ class LineParser:
         except JsonRejected as exc:
             return [self.reject(line, exc.reason, source, position)]
 
-    def _array_line(self, body: str, source: str, position: str) -> list[Outcome] | None:
+    def _array_line(self, body: str, source: str, position: str) -> list[Outcome]:
         """A line that is one JSON array (a saved HTTP batch: Fluent Bit ``format json``, Vector
         ``codec: json``, one per line): each element one unit positioned ``<line> element <i>``, as
-        an array file's elements are, so ``read`` counts elements. None when the line is not a JSON
-        array (``[main] INFO …``, a JVM ``[0.011s][warning]`` line: the line's own reason). An
-        element that is itself an array is not expanded (its reason says it is no object)."""
-        try:
-            if not isinstance(orjson.loads(body), list):
-                return None
-        except orjson.JSONDecodeError:
-            return None
+        an array file's elements are, so ``read`` counts elements. An element that is itself an
+        array is not expanded (its reason says it is no object)."""
         from collector.ingest.jsonarray import JsonArrayElements
 
         data = body.encode("utf-8", "surrogatepass")
@@ -417,11 +419,11 @@ class LineParser:
                 raise Rejected("wrong-format: not a CRI log line (<time> <stream> <P|F> <content>) but --format cri")
         body = _strip(line)
         if not body.startswith("{"):
-            if body.startswith("[") and position is not None and "element" not in position:  # one level
-                elements = self._array_line(body, source, position)
-                if elements is not None:
-                    return elements
-            raise Rejected(_not_an_object(body))
+            decoded = _json_or_error(body)
+            # a JSON array (not a ``[main] INFO …`` text line), one level deep
+            if isinstance(decoded[0], list) and position is not None and "element" not in position:
+                return self._array_line(body, source, position)
+            raise Rejected(_not_an_object(body, decoded))
         # one scan decides whether the slow sanitising checks run
         special = "\x00" in body or has_unicode_escape(body) is not None
         if not special:
