@@ -627,7 +627,7 @@ class _Batch:
 class _PodProjector:
     """pod_states, pod_claim_refs, pod_container_claims for the pods of one batch."""
 
-    def __init__(self, batch: _Batch, versions: list[tuple[_Version, PodFacts | None]]) -> None:
+    def __init__(self, batch: _Batch, versions: list[tuple[_Version, PodFacts]]) -> None:
         self.batch = batch
         s, c = batch.session, batch.cluster
         uids = sorted({v.uid for v, _ in versions})
@@ -656,13 +656,13 @@ class _PodProjector:
     def _see(self, uid: str, *times: int | None) -> None:
         self.boundary[uid] = max([self.boundary[uid], *(t for t in times if t is not None)])
 
-    def apply(self, v: _Version, facts: PodFacts | None) -> None:
+    def apply(self, v: _Version, facts: PodFacts) -> None:
         t = v.observed_ns
         if self.batch.is_stale(v, self.boundary[v.uid]):
             return
         b = self.batch
         state, refs = self.state.get(v.uid), self.refs[v.uid]
-        if v.deleted or facts is None:
+        if v.deleted:
             if state is not None:
                 b.close(PodState, state, t)
                 del self.state[v.uid]
@@ -880,15 +880,14 @@ def _normalised(v: _Version) -> dict[str, Any] | None:
 
 def _apply_cluster(session: Session, cluster: str, versions: list[_Version], just_inserted: bool) -> int:
     batch = _Batch(session, cluster)
-    pods: list[tuple[_Version, PodFacts | None]] = []
+    pods: list[tuple[_Version, PodFacts]] = []
     claims: list[tuple[_Version, dict[str, Any] | None]] = []
     slices: list[tuple[_Version, SliceFacts]] = []
     for v in versions:
         if v.kind == POD:
             # Pods are the bulk of the stream: core/v1 needs no normalisation.
-            facts = pod_facts(v.raw) if isinstance(v.raw, Mapping) else None
-            if facts is not None:
-                pods.append((v, facts))
+            if isinstance(v.raw, Mapping):
+                pods.append((v, pod_facts(v.raw)))
         elif v.kind == RESOURCE_CLAIM:
             claims.append((v, _normalised(v)))
         elif v.kind == RESOURCE_SLICE:

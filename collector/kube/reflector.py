@@ -162,8 +162,6 @@ class Reflector:
         api_client: the official ``kubernetes`` ApiClient (transport and auth).
         sink: where observations go (commits, resume points, quarantine, coverage).
         settings: time bounds and batch size.
-        keep: predicate on a raw object; objects it rejects are not recorded but still advance the
-            resume point (none by default: every object is recorded).
         validate: checks that the client's model parses an object of this kind (``validate(obj)``);
             raises on a type mismatch.
         metrics: optional ``collector.metrics.WatchMetrics``.
@@ -172,7 +170,7 @@ class Reflector:
     """
 
     def __init__(self, spec: KindSpec, api_client: kubernetes.client.ApiClient, sink: Sink,
-                 settings: ReflectorSettings | None = None, *, keep: Callable[[dict], bool] | None = None,
+                 settings: ReflectorSettings | None = None, *,
                  validate: Callable[[dict], None] | None = None, metrics: Any = None,
                  field_selector: str | None = None) -> None:
         self.spec = spec
@@ -180,7 +178,6 @@ class Reflector:
         self.api = api_client
         self.sink = sink
         self.settings = settings or ReflectorSettings()
-        self.keep = keep or (lambda _obj: True)
         self.validate = validate
         self.metrics = metrics
         self._event_counters: dict[str, Any] = {}
@@ -244,9 +241,6 @@ class Reflector:
             item.setdefault("kind", self.spec.kind)
             uid = item.get("metadata", {}).get("uid")
             if not uid:
-                continue
-            if not self.keep(item):
-                listed[uid] = item  # alive, but not recorded: nothing to validate
                 continue
             if not self._acceptable(item, position=f"list@{list_rv}"):
                 continue
@@ -384,15 +378,13 @@ class Reflector:
             if counter is None:  # labels() costs a tuple build and a lock per call: keep the child
                 counter = self._event_counters[event_type] = self.metrics.events.labels(self.spec.kind, event_type)
             counter.inc()
-        # Only what is recorded is validated: most pods of a cluster use no DRA claim.
-        if self.keep(obj) or obj.get("metadata", {}).get("uid") in self.known:
-            if not self._acceptable(obj, position=f"watch@{self.resume_rv}+{position}"):
-                if rv:  # move past the poison object so it does not recur on reconnect
-                    self._flush(pending)
-                    self.resume_rv = rv
-                    self.sink.submit_resume_point(self.spec, rv)
-                return
-            pending.append(ObservedEvent(event_type, obj, now_ns()))
+        if not self._acceptable(obj, position=f"watch@{self.resume_rv}+{position}"):
+            if rv:  # move past the poison object so it does not recur on reconnect
+                self._flush(pending)
+                self.resume_rv = rv
+                self.sink.submit_resume_point(self.spec, rv)
+            return
+        pending.append(ObservedEvent(event_type, obj, now_ns()))
         if rv:
             self.resume_rv = rv
             self._pending_rv = rv
