@@ -628,7 +628,6 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     ).where(stops.c.level == "device")
     brokenear = _nearest(union_all(claim_near, allocation_near, device_near), "brokenear")
 
-
     # Decision, in the order of the chain (coverage first: inside a gap nothing is exact).
     n_results = func.coalesce(pathagg.c.n_results, 0)
     n_gpus = func.coalesce(candagg.c.n_gpus, 0)
