@@ -104,8 +104,23 @@ def test_arrays_one_per_line_are_all_read_then_lines_after_them(tmp_path, databa
     counts = _ingest(database_url, path)
     assert counts == {"read": 5, "stored": 4, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
     stored, quarantined = _positions(sessions)
-    assert stored == [("element 1", "AR-1"), ("element 2", "AR-2"), ("element 3", "AR-3"), ("5", "AR-4")]
+    assert stored == [("1 element 1", "AR-1"), ("1 element 2", "AR-2"), ("3 element 1", "AR-3"), ("5", "AR-4")]
     assert quarantined == [("6", "unparseable")]
+
+
+def test_a_broken_array_line_costs_only_itself(tmp_path, database_url, sessions):
+    """Arrays one per line were streamed as arrays: a line left open took the next lines into its
+    unterminated tail, one quarantined unit, and their records were lost (a tester's finding)."""
+    good = [json.loads(_ecs_line(f"BA-{i}")) for i in range(1, 6)]
+    text = json.dumps(good[:2]) + "\n" + '[{"broken": ' + "\n" + json.dumps(good[2:]) + "\n"
+    path = tmp_path / "batches.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (6, 5, 1)
+    stored, quarantined = _positions(sessions)
+    assert [txn for _, txn in stored] == [f"BA-{i}" for i in range(1, 6)]
+    assert [p for p, _ in stored][2:] == ["3 element 1", "3 element 2", "3 element 3"]
+    assert quarantined == [("2", "unparseable")]
 
 
 def test_a_read_error_names_the_input_without_a_traceback(tmp_path, database_url):

@@ -13,6 +13,7 @@ import click
 from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
 from collector.errors import UserError
 from collector.ingest.parser import FORMATS
+from collector.store.db import shown_url
 
 
 def _summary_lines(counts) -> list[str]:
@@ -92,6 +93,8 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         if counts.quarantined:
             sources = [_source(p) for p in paths]
             shown = f"--source {shlex.quote(sources[0])}"  # one word the user can paste
+            if database_url:  # the store the user named, not the default one
+                shown += f" --database-url {shlex.quote(shown_url(database_url))}"
             click.echo(f"  the quarantined lines: draudit quarantine {shown}" + (" (and the other inputs)" if len(sources) > 1 else ""))
     unwatched = _unwatched_cluster(sessions, settings.cluster) if counts.stored else None
     if unwatched:
@@ -259,7 +262,14 @@ def _starts_json_array(stream) -> bool:
     ``[0.011s][warning]…``, Logback's ``[main] INFO …``) is no array: the input is read line by line."""
     from collector.ingest.jsonarray import starts_record_array
 
-    return starts_record_array(stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf"))
+    head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip(_WHITESPACE)
+    newline = head.find(b"\n")
+    if newline >= 0 and head[:newline].rstrip(_WHITESPACE).endswith(b"]"):
+        # A whole array on its first line: arrays one per line (saved batches). Read line by line,
+        # each array line's elements units (``<line> element <i>``), so a broken line costs only
+        # itself; streamed as arrays, it took the lines after it into its unterminated tail.
+        return False
+    return starts_record_array(head)
 
 
 def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> None:

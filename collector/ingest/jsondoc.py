@@ -213,7 +213,8 @@ class Decoder:
                                    "object per line (or one JSON array of them)") from None
             if exc.msg == "Extra data":  # {"a":1} trailing text: a line two writers interleaved, or a cut one
                 raise JsonRejected(f"unparseable: text after the JSON value at character {exc.pos}") from None
-            raise JsonRejected(f"unparseable: invalid JSON at character {exc.pos} ({exc.msg})") from None
+            # the standard decoder's message for a control character ends "… at" (its position follows)
+            raise JsonRejected(f"unparseable: invalid JSON at character {exc.pos} ({exc.msg.removesuffix(' at')})") from None
         except RecursionError:  # unreachable after the depth check; kept as a guard
             raise JsonRejected(f"nesting-too-deep: JSON nesting exceeds {self.max_depth} levels") from None
         except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
