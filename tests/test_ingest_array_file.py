@@ -123,6 +123,55 @@ def test_a_broken_array_line_costs_only_itself(tmp_path, database_url, sessions)
     assert quarantined == [("2", "unparseable")]
 
 
+def _batch(prefix: str, first: int, n: int) -> list:
+    return [json.loads(_ecs_line(f"{prefix}-{i}")) for i in range(first, first + n)]
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_an_array_line_over_the_line_limit_is_read_record_by_record(tmp_path, database_url, sessions, compress):
+    """A saved batch line of 600 records (~110 KB) is over the 64 KiB line limit, each record far
+    within it: the line is held to the body limit, its records to the line limit. Before, the line
+    was one ``line-too-long`` unit and its 600 records were never read."""
+    text = json.dumps(_batch("BIG", 1, 2)) + "\n" + json.dumps(_batch("BIG", 3, 600)) + "\n" + json.dumps(_batch("BIG", 603, 2)) + "\n"
+    assert len(text.splitlines()[1]) > 65536
+    path = tmp_path / ("batches.json.gz" if compress else "batches.json")
+    path.write_bytes(gzip.compress(text.encode()) if compress else text.encode())
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 604, "stored": 604, "duplicates": 0, "conflicts": 0, "quarantined": 0, "pan_masked": 0}
+    stored, _ = _positions(sessions)
+    assert stored[1:3] == [("1 element 2", "BIG-2"), ("2 element 1", "BIG-3")]
+    assert stored[-1] == ("3 element 2", "BIG-604")
+
+
+def test_a_first_array_line_longer_than_the_peek_then_a_broken_line_costs_only_itself(tmp_path, database_url, sessions):
+    """The first line (100 records, ~18 KB) ends past the first 4 KiB looked at: the file used to be
+    streamed as arrays, and the broken second line took the third into its unterminated tail."""
+    text = json.dumps(_batch("LB", 1, 100)) + "\n" + json.dumps(_batch("LB", 101, 10))[:-30] + "\n" + \
+        json.dumps(_batch("LB", 111, 10)) + "\n"
+    assert len(text.splitlines()[0]) > 4096
+    path = tmp_path / "batches.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 111, "stored": 110, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert [txn for _, txn in stored] == [f"LB-{i}" for i in range(1, 101)] + [f"LB-{i}" for i in range(111, 121)]
+    assert stored[100] == ("3 element 1", "LB-111")
+    assert quarantined == [("2", "unparseable")]
+
+
+def test_a_record_over_the_line_limit_inside_an_array_line_costs_only_itself(tmp_path, database_url, sessions):
+    big = json.loads(_ecs_line("OV-2"))
+    big["stack_trace"] = "x" * 70000  # one record over the 64 KiB line limit
+    batch = [json.loads(_ecs_line("OV-1")), big, json.loads(_ecs_line("OV-3"))]
+    path = tmp_path / "batches.json"
+    path.write_text(json.dumps([json.loads(_ecs_line("OV-0"))]) + "\n" + json.dumps(batch) + "\n", encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 4, "stored": 3, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("1 element 1", "OV-0"), ("2 element 1", "OV-1"), ("2 element 3", "OV-3")]
+    assert quarantined == [("2 element 2", "line-too-long")]
+
+
 def test_a_read_error_names_the_input_without_a_traceback(tmp_path, database_url):
     runner = CliRunner()
     assert runner.invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0

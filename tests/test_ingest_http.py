@@ -358,6 +358,27 @@ def test_a_body_of_text_lines_and_array_lines_is_read_line_by_line(sessions, dat
     assert quarantined == "1"
 
 
+def test_an_array_line_of_a_body_over_the_line_limit_is_read_record_by_record(sessions, database_url):
+    """Arrays one per line after a text line: a batch line of 800 records (~150 KB, over the 64 KiB
+    line limit) is held to the body limit, its records to the line limit; it was one
+    ``line-too-long`` unit and its records were never read."""
+    client = make_client(sessions, database_url)
+
+    def ecs(txn: str) -> str:
+        return json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": txn, "decision": "APPROVE",
+                           "message": "scored", "model_name": "fraud_xgb", "model_version": "7"})
+
+    batch = "[" + ",".join(ecs(f"HB-{i}") for i in range(1, 801)) + "]"
+    assert len(batch) > 65536
+    body = f"[main] INFO o.s.b.StartupInfoLogger - Starting\n{batch}\n"
+    r = client.post("/v1/ingest", content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 801, "stored": 800, "quarantined": 1}
+    with sessions() as s:
+        stored = s.execute(select(InferenceRecord.position, InferenceRecord.transaction_id).order_by(InferenceRecord.id)).all()
+    assert (tuple(stored[0]), tuple(stored[-1])) == (("2 element 1", "HB-1"), ("2 element 800", "HB-800"))
+
+
 def test_split_json_stream_handles_braces_in_strings_and_separators():
     from collector.ingest.jsonarray import split_json_stream
 

@@ -209,8 +209,8 @@ def _source(path: str) -> str:
 def _ingest_one(run, stream, source: str, fmt: str, max_bytes: int, on_line=None) -> None:
     """One input: a JSON array element by element, an OTLP/JSON document as a whole, anything
     else line by line."""
-    stream = _filled(stream)
-    if _starts_json_array(stream):
+    stream, array = _starts_json_array(_filled(stream), max_bytes)
+    if array:
         _ingest_array(run, stream, source, max_bytes, on_line)
         return
     document = _otlp_document(stream, max_bytes) if fmt in ("auto", "otlp") else stream
@@ -254,22 +254,32 @@ def _filled(stream):
 _WHITESPACE = b" \t\r\n"
 
 
-def _starts_json_array(stream) -> bool:
-    """True when the input (after a UTF-8 byte order mark, within the first ``_ARRAY_PEEK``
-    bytes) starts like a JSON array of records: ``[`` and then, after whitespace, ``{`` or the
-    closing ``]`` — as Fluent Bit's ``format json`` or Vector's ``codec: json`` write one, often
-    pretty-printed over many lines. A text line that starts with a bracket (a JVM warning
-    ``[0.011s][warning]…``, Logback's ``[main] INFO …``) is no array: the input is read line by line."""
+def _starts_json_array(stream, max_bytes: int):
+    """``(stream, True)`` when the input (after a UTF-8 byte order mark) starts like a JSON array
+    of records — ``[`` and then, after whitespace, ``{`` or the closing ``]``, as Fluent Bit's
+    ``format json`` or Vector's ``codec: json`` write one, often pretty-printed over many lines —
+    to be read as a stream of elements; ``(stream, False)``: read it line by line. ``stream``
+    comes back re-readable from its start (it may have been read ahead).
+
+    A text line that starts with a bracket (a JVM warning ``[0.011s][warning]…``, Logback's
+    ``[main] INFO …``) is no array. Nor is a whole array on the first line, ended by its newline:
+    arrays one per line (saved batches) are read line by line, each array line's elements units
+    (``<line> element <i>``, a line held to the body limit ``max_bytes``, its records to the line
+    limit), so a broken line costs only itself; streamed as arrays, it took the lines after it
+    into its unterminated tail. A first line longer than ``_ARRAY_PEEK`` is read (up to
+    ``max_bytes``) to find where it ends."""
     from collector.ingest.jsonarray import starts_record_array
 
     head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip(_WHITESPACE)
+    if not starts_record_array(head):
+        return stream, False
     newline = head.find(b"\n")
-    if newline >= 0 and head[:newline].rstrip(_WHITESPACE).endswith(b"]"):
-        # A whole array on its first line: arrays one per line (saved batches). Read line by line,
-        # each array line's elements units (``<line> element <i>``), so a broken line costs only
-        # itself; streamed as arrays, it took the lines after it into its unterminated tail.
-        return False
-    return starts_record_array(head)
+    first = head[:newline + 1] if newline >= 0 else b""
+    if newline < 0 and len(stream.peek(_ARRAY_PEEK)) >= _ARRAY_PEEK:  # the first line goes on past the peek
+        first = stream.readline(max_bytes + 1)
+        stream = _filled(io.BufferedReader(_Prefixed(first, stream), 1 << 20))
+    whole_line = first.endswith(b"\n") and first.rstrip(_WHITESPACE).endswith(b"]")
+    return stream, not whole_line
 
 
 def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> None:

@@ -38,6 +38,7 @@ import orjson
 from collector.ingest import envelopes
 from collector.ingest.aliases import AliasTable
 from collector.ingest.envelopes import CRI_LINE, Envelope
+from collector.ingest.jsonarray import starts_record_array
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import (OTLP_SNIFF_BYTES, OtlpLogRecord, OtlpMalformed, json_depth_limit,
                                    looks_like_export_request, records_from_json, value_depth)
@@ -280,7 +281,8 @@ class LineParser:
             if self.reads_documents(data):
                 if size > self.max_document_bytes:
                     prefix = data[: self.max_line_bytes].decode("utf-8", "replace")
-                    return [self.reject(prefix, f"line-too-long: OTLP export request line of {size} bytes exceeds the "
+                    what = "JSON array" if starts_record_array(data) else "OTLP export request"
+                    return [self.reject(prefix, f"line-too-long: {what} line of {size} bytes exceeds the "
                                                 f"limit of {self.max_document_bytes} (DRAUDIT_INGEST_MAX_BODY_BYTES)",
                                         source, position, truncated=True)]
             else:
@@ -305,8 +307,13 @@ class LineParser:
 
     def reads_documents(self, prefix: bytes) -> bool:
         """True when a line starting with ``prefix`` is held to ``max_document_bytes``: an OTLP/JSON
-        export request, read as OTLP (``forced`` None or ``otlp``)."""
-        return self.forced in (None, "otlp") and looks_like_export_request(prefix)
+        export request, read as OTLP (``forced`` None or ``otlp``), or a JSON array of records (a
+        saved HTTP batch, one per line: ``_array_line``; not under ``--format cri``), whose
+        elements are each held to ``max_line_bytes``. Before, a batch line over the line limit was
+        one ``line-too-long`` unit: its records, each within the limit, were never read."""
+        if self.forced in (None, "otlp") and looks_like_export_request(prefix):
+            return True
+        return self.forced != "cri" and starts_record_array(prefix)
 
     def feed_text(self, text: str, source: str, position: str | None) -> list[Outcome]:
         """One physical line as text. Blank lines produce nothing (they are not counted). A leading
@@ -335,7 +342,12 @@ class LineParser:
         outcomes: list[Outcome] = []
         elements = JsonArrayElements(io.BytesIO(data), len(data), chunk_bytes=max(len(data), 1), rest_bytes=None)
         for n, (element, _total) in enumerate(elements, start=1):
-            outcomes.extend(self.feed_text(element.decode("utf-8", "surrogatepass"), source, f"{position} element {n}"))
+            where = f"{position} element {n}"
+            if len(element) > self.max_line_bytes:
+                # the line may be up to the body limit (``reads_documents``); each record is held to the line limit
+                outcomes.extend(self.feed_bytes(element, source, where))
+                continue
+            outcomes.extend(self.feed_text(element.decode("utf-8", "surrogatepass"), source, where))
         return outcomes
 
     def feed_otlp_document(self, doc: dict[str, Any], source: str) -> list[Outcome]:
