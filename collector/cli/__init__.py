@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "collector.cli.lineage",
     "collector.cli.watch",
     "collector.cli.policy",
+    "collector.cli.findings",
     "collector.cli.report",
     "collector.cli.demo",
 ]

@@ -1,0 +1,241 @@
+"""``draudit findings``: the findings ``draudit policy eval`` stored over a planted history
+(tests/test_policy_support.py), listed one per incident, filtered, as a table or JSON; on SQLite and
+PostgreSQL (the ``database_url`` fixture)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from collector.cli import cli
+from collector.policy.bundle import load_bundle
+from collector.store.db import make_engine
+from collector.store.models import Finding
+from test_policy_support import DAY, EXPECTED_RULES, H, History, at, gpu_uuid, plant_history
+from collector.timeutil import ns_to_rfc3339
+
+BUNDLE = load_bundle(Path(__file__).resolve().parent.parent / "policies")
+US = "prod-us-2"  # a second cluster: one allocation of a device no ResourceSlice publishes
+KEYS = ["rule", "severity", "kind", "cluster", "subjects", "physical_gpu_uuid", "from", "to", "whole_period", "message",
+        "bundle_revision", "bundle_digest", "last_evaluated_at", "finding_key"]
+EVALUATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def _eval(url: str, cluster: str, frm: int = DAY[0], to: int = DAY[1]) -> None:
+    res = _run("policy", "eval", "--from", ns_to_rfc3339(frm), "--to", ns_to_rfc3339(to), "--cluster", cluster,
+               "--database-url", url)
+    assert res.exit_code == 0, res.output
+
+
+def _list(url: str, *args: str) -> list[dict]:
+    res = _run("findings", "--database-url", url, "--output", "json", *args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.fixture
+def store(database_url, sessions, monkeypatch):
+    """prod-eu-1's planted day and prod-us-2's unknown device, each evaluated over the day by `policy eval`."""
+    monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
+    with sessions.begin() as s:
+        plant_history(s)
+        us = History(s, cluster=US)
+        us.watch("ResourceClaim", "synced", -H)
+        us.watch("ResourceSlice", "synced", -H)
+        us.device("node-y", "gpu-0", gpu_uuid("Y0"))
+        us.allocation("risk-inference", "ghost-us", "node-y", "gpu-9", 4 * H, 5 * H)
+    _eval(database_url, "prod-eu-1")
+    _eval(database_url, US)
+    return database_url
+
+
+def test_findings_of_a_real_evaluation_are_listed_newest_first_with_exact_json_keys(store):
+    rows = _list(store)
+    assert all(list(r) == KEYS for r in rows)
+    eu = [r for r in rows if r["cluster"] == "prod-eu-1"]
+    assert len(eu) == sum(EXPECTED_RULES.values()) == 13
+    assert [r["rule"] for r in rows if r["cluster"] == US] == ["inventory/unknown-device"]
+    starts = [r["from"] for r in rows]
+    assert starts == sorted(starts, reverse=True) and starts[0] == "2026-11-29T10:00:00Z"  # the watch gap
+    [sharing] = [r for r in rows if r["rule"] == "isolation/cross-tenant-sharing"]
+    assert {k: v for k, v in sharing.items() if k not in ("message", "last_evaluated_at", "finding_key", "subjects")} == {
+        "rule": "isolation/cross-tenant-sharing", "severity": "high", "kind": "violation", "cluster": "prod-eu-1",
+        "physical_gpu_uuid": gpu_uuid("C0"), "from": "2026-11-29T02:00:00Z", "to": "2026-11-29T03:00:00Z",
+        "whole_period": False, "bundle_revision": BUNDLE.revision, "bundle_digest": BUNDLE.digest}
+    assert sharing["subjects"]["tenants"] == ["marketing", "risk-inference"]
+    assert sharing["message"].startswith("tenants risk-inference and marketing shared physical GPU " + gpu_uuid("C0"))
+    assert EVALUATED_AT.match(sharing["last_evaluated_at"]) and re.fullmatch(r"[0-9a-f]{64}", sharing["finding_key"])
+    [ghost] = [r for r in rows if r["cluster"] == US]
+    assert (ghost["subjects"]["devices"], ghost["from"], ghost["to"]) == (
+        ["gpu.nvidia.com/node-y/gpu-9"], "2026-11-29T04:00:00Z", "2026-11-29T05:00:00Z")
+
+
+def test_the_table_shows_each_finding_and_exits_0(store):
+    res = _run("findings", "--database-url", store, "--rule", "isolation/cross-tenant-sharing")
+    assert res.exit_code == 0 and res.stderr == ""
+    lines = res.stdout.splitlines()
+    assert lines[0] == ("2026-11-29T02:00:00Z .. 2026-11-29T03:00:00Z  HIGH violation  isolation/cross-tenant-sharing"
+                        "  cluster prod-eu-1")
+    assert lines[1] == ("  subjects: claims=marketing/recs-share,risk-inference/fraud-share; "
+                        "devices=gpu.nvidia.com/node-c/gpu-0; tenants=marketing,risk-inference")
+    assert lines[2] == f"  gpu:      {gpu_uuid('C0')}"
+    assert lines[4].startswith(f"  bundle:   {BUNDLE.revision} sha256:{BUNDLE.digest[:12]}, last evaluated 20")
+    assert lines[-1] == "1 finding"
+    limited = _run("findings", "--database-url", store, "--limit", "2")
+    assert limited.exit_code == 0 and limited.stdout.splitlines()[-1] == (
+        "(2 of 14 shown, the newest; --limit shows more)")
+    assert limited.stdout.count(" .. ") == 2 and "coverage/observation-gap" in limited.stdout  # 10:00, the newest
+
+
+def test_time_filters_select_findings_whose_interval_overlaps_the_half_open_period(store):
+    # the ResourceClaim watch gap is [10:00, 10:05); the attribution ratio covers the evaluated day
+    before = _list(store, "--from", "2026-11-29T09:00:00Z", "--to", "2026-11-29T10:00:00Z")
+    assert [(r["rule"], r["from"], r["to"]) for r in before] == [
+        ("attribution/exact-ratio", "2026-11-29T00:00:00Z", "2026-11-30T00:00:00Z")]
+    during = _list(store, "--from", "2026-11-29T10:04:59Z", "--to", "2026-11-29T12:00:00Z")
+    assert [r["rule"] for r in during] == ["coverage/observation-gap", "attribution/exact-ratio"]
+    after = _list(store, "--from", "2026-11-29T10:05:00Z", "--to", "2026-11-29T12:00:00Z")
+    assert [r["rule"] for r in after] == ["attribution/exact-ratio"]
+    assert _list(store, "--from", "2026-11-30") == []  # a date is 00:00 UTC; nothing of the next day
+    morning = _list(store, "--to", "2026-11-29T01:00:00.000001Z")  # the allocations of 01:00-02:00, the ratio
+    assert [r["rule"] for r in morning] == ["inventory/unapproved-device-class", "inventory/unknown-device",
+                                            "attribution/exact-ratio"]
+
+
+def test_cluster_rule_and_severity_filters(store):
+    us = _list(store, "--cluster", US)
+    assert [(r["rule"], r["cluster"]) for r in us] == [("inventory/unknown-device", US)]
+    eu = _list(store, "--cluster", "prod-eu-1")
+    assert len(eu) == 13 and {r["cluster"] for r in eu} == {"prod-eu-1"}
+    highs = _list(store, "--severity", "HIGH")
+    assert sorted((r["rule"], r["cluster"]) for r in highs) == [
+        ("inventory/unapproved-device-class", "prod-eu-1"), ("inventory/unknown-device", "prod-eu-1"),
+        ("inventory/unknown-device", US), ("isolation/admin-access", "prod-eu-1"),
+        ("isolation/cross-tenant-sharing", "prod-eu-1"), ("isolation/double-allocation", "prod-eu-1")]
+    unknown = _list(store, "--rule", "inventory/unknown-device", "--cluster", US, "--severity", "high")
+    assert [r["subjects"]["claims"] for r in unknown] == [["risk-inference/ghost-us"]]
+    lost = _list(store, "--rule", "attribution/unattributed-transaction")
+    assert [r["subjects"]["transactions"] for r in lost] == [["txn-lost-00002"], ["txn-lost-00001"], ["txn-lost-00000"]]
+    assert _list(store, "--severity", "critical") == []
+
+
+def test_one_incident_stated_by_two_overlapping_windows_is_listed_once(store, sessions):
+    first = {r["rule"]: r for r in _list(store, "--cluster", "prod-eu-1")}
+    _eval(store, "prod-eu-1", frm=at(2 * H + 1800))  # starts inside the 02:00-03:00 sharing: stored from 02:30
+    with sessions() as s:
+        stored = s.execute(select(Finding.from_ns).where(Finding.rule == "isolation/cross-tenant-sharing")
+                           .order_by(Finding.from_ns)).scalars().all()
+    assert stored == [at(2 * H), at(2 * H + 1800)]  # two decisions in the store
+    rows = _list(store, "--cluster", "prod-eu-1")
+    assert len(rows) == 13
+    [sharing] = [r for r in rows if r["rule"] == "isolation/cross-tenant-sharing"]
+    assert (sharing["from"], sharing["to"]) == ("2026-11-29T02:00:00Z", "2026-11-29T03:00:00Z")
+    assert sharing["bundle_revision"] == BUNDLE.revision  # one bundle, named once
+    assert sharing["last_evaluated_at"] > first["isolation/cross-tenant-sharing"]["last_evaluated_at"]
+    # the handover at 02:00-02:00:30 is before the second window: its last evaluation is the first one
+    handover = [r for r in rows if r["rule"] == "isolation/tenant-handover-gap"]
+    assert [r["last_evaluated_at"] for r in handover] == [first["isolation/tenant-handover-gap"]["last_evaluated_at"]]
+
+
+def test_a_cluster_never_recorded_or_never_evaluated_is_warned_about_and_exits_0(store, sessions):
+    res = _run("findings", "--database-url", store, "--cluster", "nope")
+    assert res.exit_code == 0
+    assert res.stderr == ("warning: no object of cluster nope was ever recorded in this store (known clusters: "
+                          f"prod-eu-1, {US}) (no evaluation can have covered it: 0 findings says nothing about it)\n")
+    assert res.stdout == "no finding matches\n"
+    with sessions.begin() as s:
+        History(s, cluster="prod-ap-3").watch("ResourceClaim", "synced", -H)
+    res = _run("findings", "--database-url", store, "--cluster", "prod-ap-3", "--output", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout) == []
+    assert res.stderr == ("warning: no policy evaluation ever covered cluster prod-ap-3 (`draudit policy eval --cluster "
+                          "prod-ap-3` evaluates it): 0 findings says nothing about it\n")
+    typo = _run("findings", "--database-url", store, "--rule", "isolation/cross-tenant")
+    assert typo.exit_code == 0 and typo.stdout == "no finding matches\n"  # evaluations cover the period: no note
+    assert typo.stderr.startswith("warning: no stored finding has rule isolation/cross-tenant (rules stored: "
+                                  "attribution/exact-ratio, attribution/unattributed-transaction, ")
+
+
+def test_an_empty_store_lists_nothing_and_exits_0(database_url, sessions):
+    res = _run("findings", "--database-url", database_url)
+    assert res.exit_code == 0
+    assert res.stdout == "no finding is stored\n(no policy evaluation covers this period: run `draudit policy eval`)\n"
+    assert _list(database_url) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--from", "yesterday"],
+     "--from 'yesterday': use RFC 3339 with a zone (2026-11-29T10:00:00Z) or a date (2026-11-29)"),
+    (["--to", "2026-11-29T10:00:00"],
+     "--to '2026-11-29T10:00:00': use RFC 3339 with a zone (2026-11-29T10:00:00Z) or a date (2026-11-29)"),
+    (["--from", "2026-11-30", "--to", "2026-11-29T12:00:00+02:00"],
+     "--from 2026-11-30T00:00:00Z is not before --to 2026-11-29T10:00:00Z"),
+    (["--severity", "urgent"], "--severity 'urgent' is not one of critical, high, medium, low, info"),
+])
+def test_bad_inputs_are_one_line_naming_the_input(store, args, message):
+    res = _run("findings", "--database-url", store, *args)
+    assert res.exit_code == 2
+    assert res.output == f"draudit: error: {message}\n"
+
+
+def test_a_store_without_schema_is_one_line_naming_its_url(database_url):
+    engine = make_engine(database_url)  # creates the SQLite file; the PostgreSQL database exists empty
+    with engine.connect():
+        pass
+    engine.dispose()
+    res = _run("findings", "--database-url", database_url)
+    assert res.exit_code == 2
+    assert res.output == (f"draudit: error: database {database_url} has no draudit schema; run `draudit db upgrade "
+                          f"--database-url {database_url}` first (the same URL, also when it came from "
+                          "DRAUDIT_DATABASE_URL)\n")
+
+
+CUSTOM_REGO = """package draudit.custom
+
+# no interval of its own: about the whole evaluated period
+findings contains f if {
+	input.period.from_ns > 0
+	f := {"rule": "custom/whole-period", "severity": "low", "kind": "observation", "message": "period-wide",
+	      "subjects": {"cluster": input.period.cluster}}
+}
+
+# an interval that had not ended when evaluated
+findings contains f if {
+	input.period.from_ns > 0
+	f := {"rule": "custom/still-open", "severity": "info", "kind": "observation", "message": "still open",
+	      "subjects": {"cluster": input.period.cluster}, "from_ns": input.period.from_ns + 3600000000000, "to_ns": null}
+}
+"""
+
+
+def test_a_finding_without_interval_shows_its_evaluation_period_and_an_open_end_shows_open(store, tmp_path):
+    bundle = tmp_path / "custom"
+    bundle.mkdir()
+    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
+    (bundle / "custom.rego").write_text(CUSTOM_REGO)
+    res = _run("policy", "eval", "--from", "2026-11-29T06:00:00Z", "--to", "2026-11-29T18:00:00Z", "--cluster",
+               "prod-eu-1", "--bundle", str(bundle), "--database-url", store)
+    assert res.exit_code == 0, res.output
+    rows = {r["rule"]: r for r in _list(store, "--cluster", "prod-eu-1") if r["rule"].startswith("custom/")}
+    whole, still = rows["custom/whole-period"], rows["custom/still-open"]
+    assert (whole["from"], whole["to"], whole["whole_period"], whole["bundle_revision"]) == (
+        "2026-11-29T06:00:00Z", "2026-11-29T18:00:00Z", True, "custom-1")
+    assert (still["from"], still["to"], still["whole_period"]) == ("2026-11-29T07:00:00Z", None, False)
+    # a finding without interval overlaps by its evaluation period; an open end is known until the period's end
+    for rule in ("custom/whole-period", "custom/still-open"):
+        assert [r["rule"] for r in _list(store, "--from", "2026-11-29T17:59:59Z", "--rule", rule)] == [rule]
+        assert _list(store, "--from", "2026-11-29T18:00:00Z", "--rule", rule) == []
+    assert _list(store, "--to", "2026-11-29T06:00:00Z", "--rule", "custom/whole-period") == []
+    table = _run("findings", "--database-url", store, "--rule", "custom/whole-period").stdout.splitlines()
+    assert table[0] == ("2026-11-29T06:00:00Z .. 2026-11-29T18:00:00Z (evaluation period)  LOW observation  "
+                        "custom/whole-period  cluster prod-eu-1")
+    table = _run("findings", "--database-url", store, "--rule", "custom/still-open").stdout.splitlines()
+    assert table[0] == "2026-11-29T07:00:00Z .. open  INFO observation  custom/still-open  cluster prod-eu-1"
