@@ -280,6 +280,22 @@ def test_a_broken_pretty_object_loses_nothing_after_it(tmp_path, database_url, s
     assert quarantined == [("object 1", "unparseable")]
 
 
+def test_a_pretty_object_cut_off_by_the_end_of_the_file_is_one_unit(tmp_path, database_url, sessions):
+    """``jq .`` output copied while still being written: the last object stops mid-string. It was
+    one junk quarantine row per line of it (8 here); it is one unit, its raw text the whole cut object."""
+    objects = [json.dumps(json.loads(_ecs_line(f"PC-{i}")), indent=2) for i in range(1, 4)]
+    text = "\n".join(objects)[:-40]
+    path = tmp_path / "cut.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 3, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("object 1", "PC-1"), ("object 2", "PC-2")]
+    assert quarantined == [("object 3", "unparseable")]
+    with sessions() as s:
+        assert s.execute(select(Quarantine.raw_text)).scalar_one() == objects[2][:-40]
+
+
 def test_pretty_printed_objects_after_a_text_line_are_still_one_unit_each(tmp_path, database_url, sessions):
     """A JVM warning before ``jq .`` output: only the first non-blank line was looked at, so every
     line of both objects was quarantined on its own (read 45, stored 0)."""
