@@ -13,6 +13,7 @@ import click
 from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
 from collector.errors import UserError
 from collector.ingest.parser import FORMATS
+from collector.ingest.rotation import continues, in_rotation_order
 from collector.store.db import shown_url
 
 
@@ -62,6 +63,8 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     aliases = AliasTable.from_file(aliases_path) if aliases_path else None
     _engine, sessions = open_store(settings)
     run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)
+    # a container log's rotated files and its live log, oldest first (a shell glob gives newest first)
+    paths = tuple(paths[i] for i in in_rotation_order([_source(p) for p in paths]))
     inputs = [open_input(p) for p in paths]
     show_progress = sys.stderr.isatty()
     try:
@@ -70,9 +73,10 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         if show_progress:
             _ingest_with_progress(run, paths, inputs, fmt, settings.ingest_max_body_bytes)
         else:
-            for path, (stream, _pos, _size) in zip(paths, inputs):
+            for i, (path, (stream, _pos, _size)) in enumerate(zip(paths, inputs)):
                 with _read_errors_named(run, path):
                     _ingest_one(run, stream, _source(path), fmt, settings.ingest_max_body_bytes)
+                _end_source(run, paths, i)
         counts = run.finish()
         ended_early = [(path, read_error(stream)) for path, (stream, _pos, _size) in zip(paths, inputs)]
     except parse_pool.WorkerEnded as exc:
@@ -152,12 +156,20 @@ def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
 
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                   console=Console(stderr=True), transient=True) as progress:
-        for path, (stream, position, size) in zip(paths, inputs):
+        for i, (path, (stream, position, size)) in enumerate(zip(paths, inputs)):
             task = progress.add_task(path, total=size)
             with _read_errors_named(run, path):
                 _ingest_one(run, stream, _source(path), fmt, max_bytes,
                             on_line=lambda: progress.update(task, completed=position()))
+            _end_source(run, paths, i)
             progress.update(task, completed=size or position())
+
+
+def _end_source(run, paths, i: int) -> None:
+    """``paths[i]`` was read: its open partial lines end here unless the next input is the next
+    file of its log stream (kubelet rotation, ``rotation.continues``)."""
+    following = _source(paths[i + 1]) if i + 1 < len(paths) else None
+    run.end_source(_source(paths[i]), continued=continues(_source(paths[i]), following))
 
 
 commands = [ingest_cmd]

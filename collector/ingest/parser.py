@@ -47,6 +47,7 @@ from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, ha
                                   number_holds_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
+from collector.ingest.rotation import log_stream
 from collector.store.canonical import canonical_json
 
 ENVELOPE_FORMATS = ("cri", "docker_json", "fluentbit", "fluentd", "vector", "elastic", "otlp")
@@ -162,6 +163,7 @@ class Outcome:
 @dataclass
 class _Partial:
     env: Envelope
+    source: str = ""  # the input of its first chunk (the next file of the stream may hold the rest)
     chunks: list[str] = field(default_factory=list)
     raws: list[str] = field(default_factory=list)
     position: str | None = None
@@ -376,14 +378,23 @@ class LineParser:
 
     def finish(self) -> list[Outcome]:
         """End of input: partial lines never completed are quarantined (``incomplete-partial``)."""
-        out = []
-        for key, p in self._partials.items():
-            out.append(self.reject(self._partial_text(p.raws, p.chunks, kind=p.env.kind),
-                                   "incomplete-partial: partial line (P) never "
-                                   "completed by a final chunk before the end of input", key[0], p.position,
-                                   truncated=p.overflow))
+        out = [self._incomplete(p) for p in self._partials.values()]
         self._partials.clear()
         return out
+
+    def end_of_source(self, source: str, *, continued: bool = False) -> list[Outcome]:
+        """The input ``source`` (a file) ended: the partial lines of its log stream that are still
+        open are quarantined (``incomplete-partial``), unless ``continued`` — the next input is the
+        next file of the same stream (``rotation.continues``), where their final chunk may be.
+        Held on instead, an open partial kept every later chunk of the run out of the parse workers."""
+        stream = log_stream(source)
+        ended = [key for key in self._partials if key[0] == stream] if not continued else []
+        return [self._incomplete(self._partials.pop(key)) for key in ended]
+
+    def _incomplete(self, p: _Partial) -> Outcome:
+        return self.reject(self._partial_text(p.raws, p.chunks, kind=p.env.kind),
+                           "incomplete-partial: partial line (P) never completed by a final chunk before the end of "
+                           "input", p.source, p.position, truncated=p.overflow)
 
     def _partial_text(self, raws: list[str], chunks: list[str], masker: PanMasker | None = None, *,
                       kind: str = "cri") -> str:
@@ -506,11 +517,12 @@ class LineParser:
     def _enveloped(self, env: Envelope, raw: str, source: str, position: str | None) -> list[Outcome]:
         if env.partial and not isinstance(env.payload, str):
             env.partial = False
-        key = (source, env.kind, env.namespace, env.pod_name, env.container_name, env.stream)
+        # by log stream, not file: a rotation between two chunks leaves them in two files (``rotation``)
+        key = (log_stream(source), env.kind, env.namespace, env.pod_name, env.container_name, env.stream)
         pending = self._partials.get(key)
         if env.partial:
             if pending is None:
-                pending = self._partials[key] = _Partial(env=env, position=position)
+                pending = self._partials[key] = _Partial(env=env, source=source, position=position)
             pending.size += len(env.payload.encode("utf-8"))
             if pending.size > self.max_line_bytes:
                 pending.overflow = True
@@ -524,6 +536,7 @@ class LineParser:
             joined_raw = "\n".join(pending.raws + [raw])
             chunks = pending.chunks + ([env.payload] if isinstance(env.payload, str) else [])
             first_kind = pending.env.kind
+            source = pending.source  # the outcome is positioned where its first chunk is
             if pending.overflow or total > self.max_line_bytes:
                 reason = (f"line-too-long: reassembled partial line of {total} bytes exceeds the limit of "
                           f"{self.max_line_bytes} (DRAUDIT_INGEST_MAX_LINE_BYTES)")

@@ -406,6 +406,11 @@ class IngestRun:
         self.parser.masker.masked += parsed.pan_masked
         self.add(parsed.outcomes())
 
+    def end_source(self, source: str, *, continued: bool = False) -> None:
+        """The input ``source`` ended: its open partial lines are quarantined unless the next input
+        continues its log stream (``LineParser.end_of_source``)."""
+        self.add(self.parser.end_of_source(source, continued=continued))
+
     def close(self) -> None:
         """Stop the parse workers, if any were started."""
         if self._pool is not None:
