@@ -137,9 +137,10 @@ def _int(value: Any) -> int:
     return 0
 
 
-def _no_nul(text: str) -> str:
-    """A protobuf string as stored: NUL (which PostgreSQL text and jsonb refuse; a ``copytruncate``
-    rotation leaves runs of them) becomes U+FFFD, as in a JSON line (``parser.storable``)."""
+def without_nul(text: str) -> str:
+    """``text`` as stored: NUL (which PostgreSQL text and jsonb refuse; a ``copytruncate``
+    rotation leaves runs of them) becomes U+FFFD — a protobuf string here, every string of a JSON
+    line in ``parser.storable``."""
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
@@ -527,7 +528,7 @@ def _pb_any_value(v: Any, tally: Tally | None = None, path: str = "") -> Any:
     if kind is None:
         return None
     if kind == "string_value":
-        return _no_nul(v.string_value)
+        return without_nul(v.string_value)
     if kind == "bool_value":
         return v.bool_value
     if kind == "int_value":
@@ -545,7 +546,7 @@ def _pb_any_value(v: Any, tally: Tally | None = None, path: str = "") -> Any:
 
 def _pb_key_values(items: Any, tally: Tally | None, prefix: str = "") -> dict[str, Any]:
     """Repeated protobuf ``KeyValue`` → dict, as ``json_key_values``."""
-    return _key_values(((_no_nul(kv.key), kv.value) for kv in items), _pb_any_value, tally, prefix)
+    return _key_values(((without_nul(kv.key), kv.value) for kv in items), _pb_any_value, tally, prefix)
 
 
 def _pb_id(raw: bytes, length: int, what: str, warnings: list[str]) -> str | None:
@@ -624,14 +625,14 @@ def _records_from_request(req: Any) -> Iterator[OtlpLogRecord]:
                                           _pan_time_problem("observedTimeUnixNano", lr.observed_time_unix_nano), warnings)
                 yield OtlpLogRecord(
                     position=f"rl{i}.sl{j}.lr{k}", resource=resource, problems=[problem] if problem else [],
-                    scope_name=_no_nul(sl.scope.name) or None, scope_version=_no_nul(sl.scope.version) or None,
+                    scope_name=without_nul(sl.scope.name) or None, scope_version=without_nul(sl.scope.version) or None,
                     time_unix_nano=lr.time_unix_nano, observed_time_unix_nano=observed,
-                    severity_number=int(lr.severity_number), severity_text=_no_nul(lr.severity_text) or None,
+                    severity_number=int(lr.severity_number), severity_text=without_nul(lr.severity_text) or None,
                     body=body, attributes=attributes, bytes_pans_masked=tally.pans,
                     duplicate_keys=tally.duplicates,
                     trace_id=_pb_id(lr.trace_id, 16, "trace_id", warnings),
                     span_id=_pb_id(lr.span_id, 8, "span_id", warnings),
-                    flags=lr.flags, event_name=_no_nul(getattr(lr, "event_name", "")) or None, warnings=warnings,
+                    flags=lr.flags, event_name=without_nul(getattr(lr, "event_name", "")) or None, warnings=warnings,
                 )
 
 

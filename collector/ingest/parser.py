@@ -41,7 +41,7 @@ from collector.ingest.envelopes import CRI_LINE, Envelope
 from collector.ingest.jsonarray import starts_record_array
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import (OTLP_SNIFF_BYTES, OtlpLogRecord, OtlpMalformed, json_depth_limit,
-                                   looks_like_export_request, records_from_json, value_depth)
+                                   looks_like_export_request, records_from_json, value_depth, without_nul)
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
                                   mask_cut_end, mask_cut_start, mask_exponent_numbers, mask_text, may_contain_pan,
                                   number_holds_pan)
@@ -174,8 +174,7 @@ class _Partial:
 def _sanitise(value: Any) -> Any:
     """Replace NUL (PostgreSQL text/jsonb reject it) and lone surrogates (not UTF-8) in strings."""
     if isinstance(value, str):
-        if "\x00" in value:
-            value = value.replace("\x00", "\ufffd")
+        value = without_nul(value)
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
