@@ -23,6 +23,13 @@ def share_text(fraction: float) -> str:
     return f"{fraction * 100:.1f} %"
 
 
+def stretches_text(stretches: Any, more: int = 0) -> str:
+    """Half-open stretches given as ``(from, to)`` RFC 3339 UTC text, as the pack writes them:
+    ``[2026-11-28T06:00:00Z, 2026-11-28T12:00:00Z)``, comma-separated, then ``and N more`` when ``more``."""
+    text = ", ".join(f"[{a}, {b})" for a, b in stretches)
+    return text + (f" and {more} more" if more else "")
+
+
 # Section id → title, in report order. Templates use the ids as anchors.
 SECTIONS: list[tuple[str, str]] = [
     ("scope", "1. Scope and period"),
@@ -189,12 +196,36 @@ CONTROLS: list[dict[str, Any]] = [
 
 
 @dataclass(frozen=True)
+class PolicyCoverage:
+    """How much of the period the stored policy evaluations covered, for the control statuses: the
+    least evaluated cluster in scope (``reports.policy_coverage.lowest``).
+
+    ``share``: its evaluated share of the period (0..1, unrounded); ``cluster``: which (None: the
+    evaluations stored without a cluster decide, the pack naming no cluster); ``not_evaluated``: its
+    stretches no evaluation covered, ``(from, to)`` RFC 3339 UTC text, half-open, the first few;
+    ``more``: how many further stretches; ``partial``: clusters evaluated for less than the whole
+    period; ``any_evaluated``: some stretch of some cluster in scope was evaluated."""
+
+    share: float
+    cluster: str | None
+    not_evaluated: tuple[tuple[str, str], ...] = ()
+    more: int = 0
+    partial: int = 1
+    any_evaluated: bool = True
+
+    def where(self) -> str:
+        """The cluster in words: ``cluster prod-eu-1``, or the evaluations stored without a cluster."""
+        return f"cluster {self.cluster}" if self.cluster else "the clusters (evaluations stored without a cluster)"
+
+
+@dataclass(frozen=True)
 class PackFacts:
     """What the control statuses are computed from: signed or not, population row counts, the
     lowest synced share of the period over the (cluster, kind) coverage rows (None: no coverage row),
-    the number of policy bundles whose evaluation of the period produced the pack's findings
-    (an evaluation is recorded only through its findings), and whether any (cluster, kind) was
-    synced at some time in the period (``observed``).
+    the number of policy bundles evaluated over the period or behind the pack's findings
+    (``bundles``), how much of the period their evaluations covered (``policy``; None: not computed,
+    then ``bundles`` alone decides), and whether any (cluster, kind) was synced at some time in the
+    period (``observed``).
 
     ``findings``: the pack's findings as (rule, severity), for the open findings shown next to each
     control's status (``open_findings``).
@@ -211,6 +242,7 @@ class PackFacts:
     observed: bool | None = None
     findings: tuple[tuple[str, str], ...] = ()  # (rule, severity) of each finding of the pack, once per decision
     partial_kinds: int = 0  # (cluster, kind) coverage rows synced for less than the whole period
+    policy: PolicyCoverage | None = None  # policy evaluation coverage of the period (reports.policy_coverage)
 
     def observed_in_period(self) -> bool:
         """Whether the watcher synced anything in the period (see the class docstring)."""
@@ -225,8 +257,7 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
         return None if facts.signed else ("the pack is not signed (no manifest.sig): its digests show integrity, "
                                           "not who issued it")
     if need == POLICY_EVALUATED:
-        return None if facts.bundles else ("no policy bundle was evaluated over the period (no evaluation "
-                                           "recorded): nothing was checked against the policies")
+        return _policy_unmet(facts)
     if need == COVERAGE_RECORDED:
         return None if facts.lowest_synced else "no observation coverage recorded in the period"
     if need == COVERAGE_COMPLETE:
@@ -245,6 +276,35 @@ def _unmet(need: str, facts: PackFacts) -> str | None:
     return f"no {POPULATION_WORDS.get(need, need)} rows in the period (data/{need}.csv is empty)"
 
 
+def _policy_unmet(facts: PackFacts) -> str | None:
+    """Why the period is not (wholly) evaluated by the policies, or None: no bundle evaluated it,
+    a cluster in scope none evaluated, or only part of it was (``partially evaluated``, with the
+    stretches no evaluation covered)."""
+    policy = facts.policy
+    if not facts.bundles or (policy is not None and not policy.any_evaluated):
+        return ("no policy bundle was evaluated over the period (no evaluation recorded): nothing was checked "
+                "against the policies")
+    if policy is None or policy.share >= 1:
+        return None
+    others = f"; the lowest of {policy.partial} partly evaluated clusters" if policy.partial > 1 else ""
+    if policy.share <= 0:
+        return (f"policy evaluation is missing: no policy bundle evaluated {policy.where()} at any time in the "
+                f"period, so nothing there was checked against the policies{others} (section 8, "
+                "data/policy_coverage.csv)")
+    return (f"policy evaluation is partial: the period was partially evaluated, {policy.where()} for "
+            f"{share_text(policy.share)} of the period; not evaluated: "
+            f"{stretches_text(policy.not_evaluated, policy.more)} — findings, or their absence, say nothing about "
+            f"those stretches{others} (section 8, data/policy_coverage.csv)")
+
+
+def _absent(need: str, facts: PackFacts) -> bool:
+    """Whether the evidence ``need`` names is missing altogether (not merely incomplete): for a
+    policy evaluation, no bundle evaluated any stretch of the period in scope."""
+    if need == POLICY_EVALUATED:
+        return not facts.bundles or (facts.policy is not None and not facts.policy.any_evaluated)
+    return _unmet(need, facts) is not None
+
+
 def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list[str]]:
     """(status, reasons) of one control for this pack.
 
@@ -253,7 +313,9 @@ def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list
     evidenced``: every population it needs is empty, or there is no coverage record, or it rests on
     observation (needs complete coverage) and nothing was observed in the period (0 % synced: the
     collector did not run, or never synced, in it) — rows carried from before the period are then
-    not evidence of it.
+    not evidence of it. A control resting on a policy evaluation is never ``evidenced`` while the
+    period was only partially evaluated (a stretch of a cluster in scope no evaluation covered), and
+    is ``not evidenced`` when that evaluation is its whole evidence and none covered any of it.
     """
     if control["status"] == NOT:
         return NOT, []
@@ -262,7 +324,7 @@ def control_status(control: dict[str, Any], facts: PackFacts) -> tuple[str, list
     # What the control's evidence consists of, as declared: populations, or a recorded policy
     # evaluation (evidence also when it found nothing). When none of it is there: not evidenced.
     populations = control["evidence"]
-    empty = populations and all(_unmet(n, facts) for n in populations)
+    empty = populations and all(_absent(n, facts) for n in populations)
     unrecorded = COVERAGE_RECORDED in needs and facts.lowest_synced is None
     unobserved = COVERAGE_COMPLETE in needs and not facts.observed_in_period()
     if empty or unrecorded or unobserved:

@@ -39,7 +39,7 @@ from collector.policy.findings import finding_identity
 from collector.store.models import (AllocationEpisode, AllocationResult, CoverageInterval, Finding, InferenceRecord,
                                      PolicyEvaluation,
                                     Lineage)
-from collector.timeutil import ns_to_rfc3339
+from collector.timeutil import dt_to_ns, ns_to_rfc3339
 from reports.populations import SEVERITY_ORDER, Scope
 
 RULES = ("A finding is in the pack's scope when one of its subjects is: a finding stored with a cluster when that "
@@ -161,14 +161,18 @@ class _EvidenceIndex:
 def scoped_evaluations(session: Session, scope: Scope) -> list[dict[str, Any]]:
     """Policy evaluations whose period overlaps the pack's, of a cluster in scope or of all clusters,
     oldest first: ``{bundle_revision, bundle_digest, engine, evaluated_at (RFC 3339 text, as findings
-    carry it), findings}``. They say which bundles checked the period, also when nothing was found."""
+    carry it), findings, cluster (None: every cluster), period_from_ns, period_to_ns, evaluated_at_ns
+    (UTC ns)}``. They say which bundles checked the period, also when nothing was found; how much of
+    it they covered is ``reports.policy_coverage``'s (an overlap is not the whole period)."""
     e = PolicyEvaluation
     where = [e.period_from_ns < scope.to_ns, e.period_to_ns > scope.from_ns]
     if scope.clusters:
         where.append(or_(e.cluster.in_(scope.clusters), e.cluster.is_(None)))
     rows = session.execute(select(e).where(*where).order_by(e.evaluated_at, e.id)).scalars()
     return [{"bundle_revision": r.bundle_revision, "bundle_digest": r.bundle_digest, "engine": r.engine,
-             "evaluated_at": r.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "findings": r.findings} for r in rows]
+             "evaluated_at": r.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "findings": r.findings,
+             "cluster": r.cluster, "period_from_ns": r.period_from_ns, "period_to_ns": r.period_to_ns,
+             "evaluated_at_ns": dt_to_ns(r.evaluated_at)} for r in rows]
 
 
 def _end_key(to_ns: int | None) -> float:

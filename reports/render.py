@@ -40,6 +40,7 @@ from collector.store.canonical import canonical_json, sha256_hex
 from collector.store.models import (AttributionSettings, EvidencePack, InferenceRecord, LedgerEntry, Lineage,
                                      ObjectVersion)
 from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
+from reports import policy_coverage as polcov
 from reports import populations as pop
 from reports import scope_names
 from reports.controls import SECTIONS, PackFacts, controls_document, share_text
@@ -102,12 +103,14 @@ POPULATION_ROWS = {
     "coverage": "an interval in which the watcher was synced, or a gap, per cluster and kind",
     "sharing": "an interval in which two or more claims held the same physical GPU",
     "changes": "a DeviceClass version, GPU driver-version change or policy bundle revision",
+    "policy_coverage": "how much of the period the policy evaluations covered, per cluster: overall (any bundle; "
+                       "overall true) and per bundle revision, with the stretches evaluated and not evaluated",
 }
 CHANGE_LABELS = {"DeviceClass": "DeviceClass version", "driver_version": "GPU driver version",
                  "policy_bundle": "policy bundle revision"}
 # counts in the order they were written before the lineage moved last (it is part of the pack id)
 COUNT_ORDER = ("inventory", "allocation_episodes", "consumer_intervals", "transaction_lineage", "findings", "coverage",
-               "sharing", "changes")
+               "sharing", "changes", "policy_coverage")
 
 
 @dataclass(frozen=True)
@@ -671,9 +674,12 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     col.facts.sharing = [(s.physical_gpu_uuid, s.from_ns, s.to_ns, s.claims, s.partitioned) for s in segments]
     written.append(pop.write_dicts(data_dir, "sharing", SHARING_COLUMNS, (s.row() for s in segments)))
     dc_changes, device_classes = _device_class_changes(session, scope)
-    bundle_changes, bundles = _bundle_changes(findings, scoped_evaluations(session, scope), scope)
+    evaluations = scoped_evaluations(session, scope)
+    bundle_changes, bundles = _bundle_changes(findings, evaluations, scope)
     changes = dc_changes + col.driver_changes() + bundle_changes
     written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
+    policy_rows = _policy_coverage(session, scope, evaluations, cov_summary)
+    written.append(pop.write_dicts(data_dir, "policy_coverage", polcov.COLUMNS, policy_rows))
     lap("findings_coverage_sharing_changes")
     summary = _lineage_summary(session, scope)
     by_status, by_gpu, total_txn = summary.by_status, summary.by_gpu, summary.total
@@ -708,6 +714,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
                      "last_observation": {c: ns_to_rfc3339(t) for c, t in sorted(stops.items())}},
         "counts": counts,
         "findings_scope": in_scope.statement(),
+        "policy_coverage": polcov.manifest_doc(policy_rows),
         "clock_skew_tolerance_s": skew["single"],
         "clock_skew_tolerances": skew["rows"],
         "quarantined": pop.quarantined(session, scope),
@@ -728,7 +735,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     observed = any(k["synced_s"] > 0 for k in cov_summary)  # a cluster never watched must not hide another's
     partial_kinds = sum(1 for k in cov_summary if k["synced_fraction"] < 1)
     controls = controls_document(PackFacts(signed, counts, lowest, len(bundles), observed=observed,
-                                           partial_kinds=partial_kinds,
+                                           partial_kinds=partial_kinds, policy=polcov.lowest(policy_rows),
                                            findings=tuple((f["rule"], f["severity"]) for f in findings)))
     context = {
         "pack_id": pack_id, "meta": meta, "period": period, "scope": scope_doc, "counts": counts,
@@ -754,15 +761,32 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "findings_scope": in_scope.statement(), "findings_by_severity": _count_by(findings, "severity", pop.SEVERITY_ORDER),
         "lineage_by_status": by_status, "lineage_by_gpu": by_gpu, "lineage_no_gpu": summary.no_gpu,
         "transactions": total_txn,
-        "changes": changes, "bundles": bundles, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
+        "changes": changes, "bundles": bundles, "policy_coverage": policy_rows,
+        # the clusters evaluated for less than the whole period (the template says "partially evaluated")
+        "policy_partial": [r for r in polcov.deciding(policy_rows) if r["status"] != polcov.EVALUATED],
+        # some stretch of the period in scope was evaluated (else the pack says "not evaluated")
+        "policy_evaluated": bool(bundles) and (not policy_rows or polcov.any_evaluated(policy_rows)),
+        "policy_rule": polcov.RULE, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
         "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments),
         "columns": {"inventory": pop.INVENTORY_COLUMNS, "allocation_episodes": pop.EPISODE_COLUMNS,
                     "consumer_intervals": pop.CONSUMER_COLUMNS, "transaction_lineage": pop.LINEAGE_COLUMNS,
                     "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
-                    "changes": CHANGE_COLUMNS},
+                    "changes": CHANGE_COLUMNS, "policy_coverage": polcov.COLUMNS},
         "status_meaning": STATUS_MEANINGS, "change_labels": CHANGE_LABELS, "population_rows": POPULATION_ROWS,
     }
     return context, meta, [f for w in written for f in w.files]
+
+
+def _policy_coverage(session: Session, scope: pop.Scope, evaluations: list[dict[str, Any]],
+                     cov_summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of ``data/policy_coverage.*`` (``reports.policy_coverage.coverage_rows``) from the
+    evaluations in scope (``scoped_evaluations``) and those the findings rows name, per cluster in
+    scope: the pack's clusters, or without a cluster scope those observed in the period
+    (``cov_summary``) and those the evaluations name."""
+    known = polcov.finding_evaluations(session, scope)
+    clusters = scope.clusters or ({k["cluster"] for k in cov_summary} |
+                                  {e["cluster"] for e in [*evaluations, *known] if e["cluster"] is not None})
+    return polcov.coverage_rows(polcov.spans([*evaluations, *known]), scope, clusters)
 
 
 def _write_text(root: Path, rel: str, text: str) -> FileDigest:
