@@ -516,9 +516,12 @@ class LineParser:
     def _enveloped(self, env: Envelope, raw: str, source: str, position: str | None) -> list[Outcome]:
         if env.partial and not isinstance(env.payload, str):
             env.partial = False
-        # by log stream, not file: a rotation between two chunks leaves them in two files (``rotation``)
-        key = (log_stream(source), env.kind, env.namespace, env.pod_name, env.container_name, env.stream)
-        pending = self._partials.get(key)
+        key: tuple[Any, ...] | None = None
+        pending = None
+        if env.partial or self._partials:
+            # by log stream, not file: a rotation between two chunks leaves them in two files (``rotation``)
+            key = (log_stream(source), env.kind, env.namespace, env.pod_name, env.container_name, env.stream)
+            pending = self._partials.get(key)
         if env.partial:
             if pending is None:
                 pending = self._partials[key] = _Partial(env=env, source=source, position=position)
