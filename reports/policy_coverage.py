@@ -21,6 +21,10 @@ Rules (``RULE``, stated in the pack):
 * An evaluation covers ``[period_from_ns, min(period_to_ns, evaluated_at))``: it cannot have decided
   on what happened after it ran (the scheduler evaluates the running UTC day: its stored period is
   the whole day, its facts end when it ran). Clipped to the pack period.
+* Times are compared in whole microseconds: a pack's period and ``evaluated_at`` are timestamps of
+  that precision, while an evaluation's period may be stamped in nanoseconds (the demo evaluates
+  from the watcher's first sync). Its start is rounded down and its end up to the microsecond, so
+  less than a microsecond at an edge is not reported as a stretch nobody evaluated.
 * An evaluation stored with a cluster covers that cluster; one stored without (``draudit policy
   eval`` without ``--cluster``) covers every cluster.
 * Per cluster in scope (the pack's clusters; without a cluster scope, the clusters observed in the
@@ -50,11 +54,12 @@ EVALUATED = "evaluated"
 PARTIAL = "partially evaluated"
 NOT = "not evaluated"
 RULE = ("An evaluation covers its period up to when it ran (it cannot have decided on anything later), clipped to "
-        "the pack period; one stored without a cluster covers every cluster. A stretch is evaluated when some "
-        "policy bundle evaluated it; a period is partially evaluated when stretches of it were not, and findings "
-        "(or their absence) say nothing about those stretches.")
+        "the pack period, in whole microseconds; one stored without a cluster covers every cluster. A stretch is "
+        "evaluated when some policy bundle evaluated it; a period is partially evaluated when stretches of it were "
+        "not, and findings (or their absence) say nothing about those stretches.")
 COLUMNS = ("cluster", "overall", "bundle_revision", "bundle_digest", "status", "evaluated_share", "evaluated_s",
            "not_evaluated_s", "evaluations", "evaluated", "not_evaluated", "evaluated_ns", "not_evaluated_ns")
+_US = 1_000  # ns per microsecond: the precision coverage is compared in (module docstring)
 SHOWN_STRETCHES = 5  # stretches spelt out in a control's reason (all are in data/policy_coverage.*)
 
 
@@ -87,13 +92,14 @@ def finding_evaluations(session: Session, scope: Scope) -> list[dict[str, Any]]:
 
 def spans(evaluations: Iterable[dict[str, Any]]) -> list[Span]:
     """``Span`` of each distinct evaluation run among ``evaluations`` (dicts with the keys of
-    ``finding_evaluations``; ``scoped_evaluations`` rows have them too), its end cut at ``evaluated_at``;
-    sorted. Runs that ended before they began (evaluated before the period start) cover nothing."""
+    ``finding_evaluations``; ``scoped_evaluations`` rows have them too): its period widened to whole
+    microseconds, its end cut at ``evaluated_at``; sorted. Runs that ended before they began
+    (evaluated before the period start) cover nothing."""
     out = set()
     for e in evaluations:
-        end = min(e["period_to_ns"], e["evaluated_at_ns"])
-        out.add(Span(e["cluster"], e["bundle_revision"], e["bundle_digest"], e["period_from_ns"], end,
-                     e["evaluated_at_ns"]))
+        start = e["period_from_ns"] // _US * _US
+        end = min(-(-e["period_to_ns"] // _US) * _US, e["evaluated_at_ns"])
+        out.add(Span(e["cluster"], e["bundle_revision"], e["bundle_digest"], start, end, e["evaluated_at_ns"]))
     return sorted(out, key=lambda s: (s.cluster or "", s.from_ns, s.to_ns, s.evaluated_at_ns, s.bundle_digest))
 
 

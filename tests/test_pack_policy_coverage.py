@@ -15,7 +15,7 @@ from collector.policy.findings import record_evaluation
 from collector.store.models import PolicyEvaluation
 from reports.controls import EVIDENCED, NOT, PARTIAL, PolicyCoverage, PackFacts, controls_document
 from reports.manifest import verdict
-from reports.policy_coverage import complement, union_clipped
+from reports.policy_coverage import complement, spans, union_clipped
 from reports.render import PackRequest, render_pack
 from reports.verify import verify_pack
 from tests.pack_data import records
@@ -70,6 +70,16 @@ def test_union_and_complement_of_half_open_stretches():
     assert union_clipped([(5, 8), (0, 3), (3, 4), (7, 12), (20, 30)], 1, 25) == [(1, 4), (5, 12), (20, 25)]
     assert complement([(1, 4), (5, 12), (20, 25)], 0, 25) == [(0, 1), (4, 5), (12, 20)]
     assert union_clipped([(0, 5)], 5, 10) == [] and complement([], 5, 10) == [(5, 10)]
+
+
+def test_an_evaluation_stamped_in_nanoseconds_is_compared_in_whole_microseconds():
+    # the demo evaluates from the watcher's first sync (ns); a pack period is a datetime (µs)
+    [span] = spans([{"cluster": CLUSTER, "bundle_revision": "r", "bundle_digest": "d", "period_from_ns": 1_000_639,
+                     "period_to_ns": 9_000_001, "evaluated_at_ns": 20_000_000}])
+    assert (span.from_ns, span.to_ns) == (1_000_000, 9_001_000)
+    [cut] = spans([{"cluster": None, "bundle_revision": "r", "bundle_digest": "d", "period_from_ns": 0,
+                    "period_to_ns": 9_000_000, "evaluated_at_ns": 4_000_000}])  # ran before its period ended
+    assert (cut.from_ns, cut.to_ns) == (0, 4_000_000)
 
 
 def test_a_fully_evaluated_period_is_not_called_partial(sessions, tmp_path, bundle, key):
