@@ -41,20 +41,28 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    ``allocation_results`` passing the kubelet's request filter
    ``ref.request == "" or r.request == ref.request or r.request.split("/")[0] == ref.request``;
    ``adminAccess`` results are monitoring access, never "served by". None: ``no-allocation``.
-5. **device** — ``device_states`` of (cluster, driver, pool, device) valid at ``t`` (the highest
-   pool generation when several slices publish it); the physical GPU is ``physical_gpu_uuid``
-   (falling back to ``parent_uuid`` then ``uuid``: a MIG device's parent, dra-api.md §6.3).
-   No device record with a GPU identity: ``no-device-record``.
+5. **device** — each result's device *as allocated* (dra-api.md §0.2, §9: join at allocation time
+   and keep the UUIDs; the slice can change or vanish later): the ``device_states`` row of
+   (cluster, driver, pool, device) valid when the episode became valid (its ``valid_from_ns``), or,
+   when none was (a slice observed a moment after the claim), the first row of that device after
+   it within the episode's lifetime; the highest pool generation when several slices publish it
+   then (``_as_allocated``). Not the row valid at ``t``: a kubelet restart or a driver upgrade
+   deletes a node's ResourceSlices while its claims stay allocated and pods keep running, and a
+   slice republished with another UUID for the device does not move what was allocated. That row
+   gives the physical GPU — ``physical_gpu_uuid``, falling back to ``parent_uuid`` then ``uuid``
+   (a MIG device's parent, dra-api.md §6.3) —, product, MIG profile, node and, in ``trace``, the
+   co-tenants (the consumers of episodes valid at ``t`` whose device as allocated is on that GPU).
+   No device record with a GPU identity in the episode's lifetime: ``no-device-record``.
 6. **status** — ``exact`` when exactly one physical GPU results, every served result has a device
-   record and no transition used (pod state, claim ref, episode, consumer and device-state interval
-   bounds, coverage gap edges) lies within ``clock_skew_s`` of an instant the record may mean —
+   record and no transition used (pod state, claim ref, episode and consumer interval bounds,
+   coverage gap edges; not a device record's: it is fixed for its episode) lies within ``clock_skew_s`` of an instant the record may mean —
    ``[t, t + precision)`` in whole ns (log-formats.md §5.4), so a transition at ``b`` counts when
    ``t - skew <= b < t + precision + skew`` —; otherwise ``ambiguous`` with ``several-devices`` or
    ``skew-window``. A chain that broke is ``skew-window`` too when the level it broke at has a row
    bound that close (``SKEWABLE_REASONS``): ``no-pod`` (the key's pod states, step 2), ``no-claim``
    (the pod's claim references for the containers that count), ``no-allocation`` (the episodes and
-   reservations of the pod's claims valid at ``t``), ``no-device-record`` (the device's states) —
-   the watcher's observation lags the change, so "none at t" is no evidence then.
+   reservations of the pod's claims valid at ``t``), ``no-device-record`` (the episode's bounds, which
+   its chain used) — the watcher's observation lags the change, so "none at t" is no evidence then.
 
 Lineage columns filled per status: ``pod_uid``/``node_name`` whenever one pod resolved; the device
 columns (driver/pool/device, device uuid, state id) only when exactly one device of the GPU served;
@@ -70,7 +78,8 @@ The rule above is one query (``_verdicts``) over a set of *points* (a time and a
 namespace/name, plus the logging container). ``lineage_select`` evaluates it with each record as
 its own point (``trace`` uses that). A run over many records evaluates it far fewer times: the
 answer for a key can only change where an interval bound of a row the chain may read (pod states,
-claim refs, reservations, episodes, device states of the episodes' devices, coverage) lies. So per
+claim refs, reservations, episodes, coverage) lies; a device record is read as allocated, fixed per
+episode, so its bounds cut nothing. So per
 key of the batch the run cuts the batch's time span ``[min t, max t]`` (which covers the key's
 records) at those bounds into *segments*, evaluates the rule once at each segment's start, and
 stores the verdict with the nearest bounds the chain used on either side (``near_lo`` ≤ start,
@@ -268,6 +277,33 @@ def _least_sqlite(element: _Least, compiler: Any, **kw: Any) -> str:
 def _valid_at(table: Any, t: ColumnElement) -> ColumnElement[bool]:
     """``t`` in ``[valid_from_ns, valid_to_ns)`` (NULL ``valid_to_ns`` = still valid)."""
     return and_(table.c.valid_from_ns <= t, or_(table.c.valid_to_ns.is_(None), t < table.c.valid_to_ns))
+
+
+def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement) -> ColumnElement[bool]:
+    """``ds`` (``device_states`` or an alias) is the device record of result ``ar`` of episode ``ae``
+    as of its allocation (module docstring, step 5): a record of the result's device valid when the
+    episode became valid (``valid_from_ns``), else, when none was (a slice observed a moment after
+    the claim), the first record of that device after it within the episode's lifetime; of several
+    such records, the highest pool generation (several of those: each counts, as candidates).
+
+    Records later than that one — a slice republished with other attributes, deleted while the
+    allocation holds (kubelet restart, driver upgrade) — do not change what was allocated
+    (dra-api.md §0.2, §9: join at allocation time and keep the UUIDs). A record's effective start is
+    ``max(valid_from_ns, episode start)``; the chosen ones have the earliest, then the highest
+    generation: one NOT EXISTS probe of ``ix_device_states_key``."""
+    def candidate(x: Any) -> ColumnElement[bool]:
+        return and_(x.c.cluster == cluster, x.c.driver == ar.c.driver, x.c.pool == ar.c.pool,
+                    x.c.device == ar.c.device,
+                    or_(x.c.valid_to_ns.is_(None), x.c.valid_to_ns > ae.c.valid_from_ns),
+                    or_(ae.c.valid_to_ns.is_(None), x.c.valid_from_ns < ae.c.valid_to_ns))
+
+    better = DS.alias(f"{ds.name}_better")
+    start, better_start = (_Greatest(x.c.valid_from_ns, ae.c.valid_from_ns) for x in (ds, better))
+    # correlate_except: nested in another EXISTS (trace), the outer tables must stay the outer query's
+    return and_(candidate(ds), ~exists().where(
+        candidate(better),
+        or_(better_start < start, and_(better_start == start, better.c.pool_generation > ds.c.pool_generation)),
+    ).correlate_except(better))
 
 
 def _bound_below(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnElement[int]:
@@ -489,12 +525,6 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     ).distinct().cte("claimreq")
 
     # The allocation chain, left-joined so that the counts show where it breaks.
-    ds_newer = DS.alias("ds_newer")
-    newer_generation = exists().where(
-        ds_newer.c.cluster == DS.c.cluster, ds_newer.c.driver == DS.c.driver, ds_newer.c.pool == DS.c.pool,
-        ds_newer.c.device == DS.c.device, _valid_at(ds_newer, claimreq.c.t),
-        ds_newer.c.pool_generation > DS.c.pool_generation,
-    )
     base = AR.c.request
     ref = claimreq.c.ref_request
     request_matches = or_(ref == "", base == ref, func.substr(base, 1, func.length(ref) + 1) == ref + "/")
@@ -508,16 +538,15 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
                             AE.c.claim_name == claimreq.c.claim_name, _valid_at(AE, claimreq.c.t),
                             or_(_valid_at(CC, claimreq.c.t), AE.c.owner_pod_uid == claimreq.c.pod_uid)))
         .outerjoin(AR, and_(AR.c.episode_id == AE.c.id, AR.c.admin_access == False, request_matches))  # noqa: E712
-        .outerjoin(DS, and_(DS.c.cluster == claimreq.c.cluster, DS.c.driver == AR.c.driver, DS.c.pool == AR.c.pool,
-                            DS.c.device == AR.c.device, _valid_at(DS, claimreq.c.t), ~newer_generation))
+        # the device as allocated: its record when the episode began, not at t (step 5)
+        .outerjoin(DS, _as_allocated(DS, AR, AE, claimreq.c.cluster))
     )
     gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
     is_gpu = gpu.is_not(None)
     # results that may have served the transaction: GPUs and results without a device record
     served = and_(AR.c.id.is_not(None), or_(is_gpu, DS.c.id.is_(None)))
     bounds = [claimreq.c.ref_from, claimreq.c.ref_to, AE.c.valid_from_ns, AE.c.valid_to_ns,
-              case((AE.c.id.is_not(None), CC.c.valid_from_ns)), case((AE.c.id.is_not(None), CC.c.valid_to_ns)),
-              DS.c.valid_from_ns, DS.c.valid_to_ns]
+              case((AE.c.id.is_not(None), CC.c.valid_from_ns)), case((AE.c.id.is_not(None), CC.c.valid_to_ns))]
 
     def gpu_only(col: ColumnElement) -> ColumnElement:
         return case((is_gpu, col))
@@ -578,18 +607,18 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         *[_only(paths.c[col]).label(col) for col in ("request", "episode_id", "claim_uid", "claim_namespace", "claim_name")],
     ).group_by(paths.c.pid).cte("pathagg")
 
-    # Where the chain breaks (no-claim, no-allocation, no-device-record), the rows of the missing
-    # level valid at other times than t: their nearest bounds, so that a record within the skew
-    # tolerance of the claim reference being observed, the allocation starting or ending, or the
-    # device's record appearing is ``skew-window``, not a verdict that it had none (step 6). Only
-    # for the points whose chain broke there (``stops``: few; joining every point's rows cost a
-    # sixth of a run's time), and only rows not valid at t (those valid at t are in ``paths``).
+    # Where the chain breaks (no-claim, no-allocation), the rows of the missing level valid at other
+    # times than t: their nearest bounds, so that a record within the skew tolerance of the claim
+    # reference being observed, or the allocation starting or ending, is ``skew-window``, not a
+    # verdict that it had none (step 6). Only for the points whose chain broke there (``stops``:
+    # few; joining every point's rows cost a sixth of a run's time), and only rows not valid at t
+    # (those valid at t are in ``paths``). A ``no-device-record`` needs none: the device is resolved
+    # as allocated, over the whole episode, so only the episode's own bounds (in ``paths``) move it.
     level = case((pathagg.c.pid.is_(None), literal("claim")),
-                 (func.coalesce(pathagg.c.n_results, 0) == 0, literal("allocation")),
-                 (func.coalesce(candagg.c.n_gpus, 0) == 0, literal("device")), else_=null())
+                 (func.coalesce(pathagg.c.n_results, 0) == 0, literal("allocation")), else_=null())
     stops = select(podone.c.pid, podone.c.t, podone.c.cluster, podone.c.pod_uid, podone.c.sel_container,
                    level.label("level")).select_from(
-        podone.outerjoin(pathagg, pathagg.c.pid == podone.c.pid).outerjoin(candagg, candagg.c.pid == podone.c.pid)
+        podone.outerjoin(pathagg, pathagg.c.pid == podone.c.pid)
     ).where(level.is_not(None)).cte("stops")
     pcc_near, pcr_near = PCC.alias("pcc_near"), PCR.alias("pcr_near")
     ref_bounds = [pcr_near.c.valid_from_ns, pcr_near.c.valid_to_ns]
@@ -614,19 +643,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
                             ae_near.c.claim_name == cr_near.c.claim_name,
                             or_(~_valid_at(ae_near, stops.c.t), ~_valid_at(cc_near, stops.c.t))))
     ).where(stops.c.level == "allocation")
-    ar_near, ds_near, paths_near = AR.alias("ar_near"), DS.alias("ds_near"), paths.alias("paths_near")
-    device_bounds = [ds_near.c.valid_from_ns, ds_near.c.valid_to_ns]
-    device_near = select(
-        stops.c.pid, _bound_below(device_bounds, stops.c.t).label("near_lo"),
-        _bound_above(device_bounds, stops.c.t).label("near_hi"),
-    ).select_from(
-        stops.join(paths_near, paths_near.c.pid == stops.c.pid)
-        .join(ar_near, ar_near.c.id == paths_near.c.result_id)
-        .join(ds_near, and_(ds_near.c.cluster == stops.c.cluster, ds_near.c.driver == ar_near.c.driver,
-                            ds_near.c.pool == ar_near.c.pool, ds_near.c.device == ar_near.c.device,
-                            ~_valid_at(ds_near, stops.c.t)))
-    ).where(stops.c.level == "device")
-    brokenear = _nearest(union_all(claim_near, allocation_near, device_near), "brokenear")
+    brokenear = _nearest(union_all(claim_near, allocation_near), "brokenear")
 
     # Decision, in the order of the chain (coverage first: inside a gap nothing is exact).
     n_results = func.coalesce(pathagg.c.n_results, 0)
@@ -792,13 +809,10 @@ T_REVISIT = Table("draudit_lin_revisit", _TMP, Column("record_id", BigInteger, p
 T_KEYS = Table("draudit_lin_keys", _TMP, Column("kid", BigInteger, primary_key=True, autoincrement=False),
                *_key_cols(), Column("min_t", BigInteger, nullable=False), Column("max_t", BigInteger, nullable=False),
                prefixes=["TEMPORARY"])
-# the pods and devices a key may reach (see _key_uids, _key_devices)
+# the pods a key may reach (see _key_uids)
 T_KEY_UIDS = Table("draudit_lin_key_uids", _TMP, Column("kid", BigInteger, primary_key=True, autoincrement=False),
                    Column("cluster", String(253), nullable=False),
                    Column("uid", String(253), primary_key=True), prefixes=["TEMPORARY"])
-T_KEY_DEVICES = Table("draudit_lin_key_devices", _TMP, Column("kid", BigInteger, nullable=False),
-                      *[Column(c, String(253), nullable=False) for c in ("cluster", "driver", "pool", "device")],
-                      Index("draudit_lin_key_devices_kid", "kid"), prefixes=["TEMPORARY"])
 # one point per segment [t, e) of a key; pod key columns NULL when absent, as _verdicts expects
 T_POINTS = Table("draudit_lin_points", _TMP, Column("pid", BigInteger, primary_key=True, autoincrement=False),
                  Column("kid", BigInteger, nullable=False), Column("t", BigInteger, nullable=False),
@@ -821,7 +835,7 @@ T_FRESH = Table("draudit_lin_fresh", _TMP, Column("record_id", BigInteger, prima
                 *[Column(name, String(253)) if name not in ("candidates", "episode_id", "device_state_id")
                   else Column(name, BigInteger) for name in VERDICT_COLUMNS],
                 Column("attributed_at", UTCDateTime()), Column("settings_id", BigInteger), prefixes=["TEMPORARY"])
-_TEMP_TABLES = (T_REVISIT, T_KEYS, T_KEY_UIDS, T_KEY_DEVICES, T_POINTS, T_TIMELINE, T_FRESH)
+_TEMP_TABLES = (T_REVISIT, T_KEYS, T_KEY_UIDS, T_POINTS, T_TIMELINE, T_FRESH)
 
 
 def _record_key(cluster: str) -> list[ColumnElement]:
@@ -846,24 +860,15 @@ def _key_uids() -> Select:
     )
 
 
-def _key_devices() -> Select:
-    """Rows for ``T_KEY_DEVICES``: the devices allocated to any episode reserved for a key's pods."""
-    KU = T_KEY_UIDS
-    return select(KU.c.kid, KU.c.cluster, AR.c.driver, AR.c.pool, AR.c.device).select_from(
-        KU.join(CC, and_(CC.c.cluster == KU.c.cluster, CC.c.consumer_uid == KU.c.uid))
-        .join(AR, AR.c.episode_id == CC.c.episode_id)
-    ).distinct()
-
-
 def _segment_points() -> Select:
     """Rows for ``T_POINTS``: each key's span cut at every bound of a row its chain may read.
 
     Bounds come from the key's pods (``T_KEY_UIDS``): their pod states, claim refs and
-    reservations, the episodes those reservations belong to, the device states of those episodes'
-    devices (``T_KEY_DEVICES``, every pool generation), and the cluster's coverage. Only bounds in
-    ``(min_t, max_t]`` cut; the first segment starts at ``min_t``, the last is open.
+    reservations, the episodes those reservations belong to, and the cluster's coverage (device
+    states are none: a result's device is resolved as allocated, fixed for its episode). Only
+    bounds in ``(min_t, max_t]`` cut; the first segment starts at ``min_t``, the last is open.
     """
-    K, KU, KD = T_KEYS, T_KEY_UIDS, T_KEY_DEVICES
+    K, KU = T_KEYS, T_KEY_UIDS
 
     def via_uid(table: Any, uid_col: Any) -> Select:
         return select(KU.c.kid, table.c.valid_from_ns.label("f"), table.c.valid_to_ns.label("u")).select_from(
@@ -876,11 +881,6 @@ def _segment_points() -> Select:
         select(KU.c.kid, AE.c.valid_from_ns, AE.c.valid_to_ns).select_from(
             KU.join(CC, and_(CC.c.cluster == KU.c.cluster, CC.c.consumer_uid == KU.c.uid))
             .join(AE, AE.c.id == CC.c.episode_id)),
-        select(KD.c.kid, DS.c.valid_from_ns, DS.c.valid_to_ns).select_from(
-            KD.join(K, K.c.kid == KD.c.kid).join(
-                DS, and_(DS.c.cluster == KD.c.cluster, DS.c.driver == KD.c.driver, DS.c.pool == KD.c.pool,
-                         DS.c.device == KD.c.device, DS.c.valid_from_ns <= K.c.max_t,
-                         or_(DS.c.valid_to_ns.is_(None), DS.c.valid_to_ns > K.c.min_t)))),
         select(K.c.kid, CI.c.started_ns, CI.c.ended_ns).select_from(
             K.join(CI, and_(CI.c.cluster == K.c.cluster, CI.c.kind.in_(COVERAGE_KINDS)))),
         select(K.c.kid, WS.c.state_since_ns, cast(null(), BigInteger)).select_from(
@@ -975,15 +975,13 @@ class _Run:
 
         Each source selects ``_record_key(...)`` + ``event_time_ns``. Returns False when empty.
         """
-        for table in (T_TIMELINE, T_POINTS, T_KEY_DEVICES, T_KEY_UIDS, T_KEYS):
+        for table in (T_TIMELINE, T_POINTS, T_KEY_UIDS, T_KEYS):
             self.s.execute(delete(table))
         src = union_all(*sources).subquery("batch") if len(sources) > 1 else sources[0].subquery("batch")
         if not self._insert_keys(src):
             return False
         self.s.execute(insert(T_KEY_UIDS).from_select(["kid", "cluster", "uid"], _key_uids()))
-        self.s.execute(insert(T_KEY_DEVICES).from_select(["kid", "cluster", "driver", "pool", "device"],
-                                                         _key_devices()))
-        self._analyze(T_KEYS, T_KEY_UIDS, T_KEY_DEVICES)
+        self._analyze(T_KEYS, T_KEY_UIDS)
         points = _segment_points()
         self.s.execute(insert(T_POINTS).from_select([c.name for c in points.selected_columns], points))
         self._analyze(T_POINTS)
@@ -1519,11 +1517,13 @@ def _co_tenants_stmt() -> Select:
         .select_from(
             DS.join(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
                              AR.c.admin_access == False))  # noqa: E712
-            .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t)))
+            # the episode's device as allocated (step 5): the record of the GPU in force when it began
+            .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t),
+                           _as_allocated(DS, AR, AE, DS.c.cluster)))
             # as attribution counts them (step 4): reserved at t, or the claim's owner pod while it runs
             .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_valid_at(CC, t), _owner_running(AE, CC, DS.c.cluster, t))))
         )
-        .where(DS.c.cluster == bindparam("cluster"), DS.c.gpu_uuid == bindparam("gpu"), _valid_at(DS, t))
+        .where(DS.c.cluster == bindparam("cluster"), DS.c.gpu_uuid == bindparam("gpu"))
         .distinct()
     )
 
@@ -1536,8 +1536,9 @@ def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: 
     """Consumers of any device of ``physical_gpu_uuid`` at ``t_ns`` other than ``exclude_pod_uid``.
 
     A consumer is a ``reservedFor`` entry (``claim_consumers`` valid at ``t_ns``) of an allocation
-    episode valid at ``t_ns`` with a non-adminAccess result on a device whose ``device_states`` row
-    valid at ``t_ns`` belongs to the GPU (its own UUID or its MIG parent's); so is the pod that owns
+    episode valid at ``t_ns`` with a non-adminAccess result on a device whose record as allocated
+    (``_as_allocated``: the one in force when the episode began, as attribution reads it) belongs
+    to the GPU (its own UUID or its MIG parent's); so is the pod that owns
     the claim (template claim) while it runs, whatever the time its reservation was observed, as
     attribution counts it (module docstring, step 4): two pods' traces at one instant name each
     other or neither.
@@ -1768,13 +1769,14 @@ def _trace_stmt() -> Select:
     t = rec.c.event_time_ns
     ae_valid = AE.alias("aev")
     chain = (
-        rec.outerjoin(ds, and_(ds.c.cluster == rec.c.eff_cluster, ds.c.gpu_uuid == rec.c.physical_gpu_uuid,
-                               _valid_at(ds, t)))
-        # only the results of episodes valid at t (a primary-key probe per result the device ever
-        # had): else every one of them would come back as a row
+        # every record of the GPU: an episode valid at t may have been allocated under any of them
+        rec.outerjoin(ds, and_(ds.c.cluster == rec.c.eff_cluster, ds.c.gpu_uuid == rec.c.physical_gpu_uuid))
+        # only the results of episodes valid at t whose device as allocated is this record (a
+        # primary-key probe per result the device ever had): else every one would come back as a row
         .outerjoin(ar, and_(ar.c.driver == ds.c.driver, ar.c.pool == ds.c.pool, ar.c.device == ds.c.device,
                             ar.c.admin_access == False,  # noqa: E712
-                            exists().where(ae_valid.c.id == ar.c.episode_id, _valid_at(ae_valid, t))))
+                            exists().where(ae_valid.c.id == ar.c.episode_id, _valid_at(ae_valid, t),
+                                           _as_allocated(ds, ar, ae_valid, ds.c.cluster))))
         .outerjoin(ae, and_(ae.c.id == ar.c.episode_id, ae.c.cluster == ds.c.cluster, _valid_at(ae, t)))
         .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_valid_at(cc, t), _owner_running(ae, cc, ds.c.cluster, t))))
     )

@@ -333,17 +333,20 @@ def test_transaction_near_a_transition_is_a_skew_window(hist):
     assert attribute(h.s, all=True, clock_skew_s=1.0) == {"exact": 1, "ambiguous": 0, "unattributed": 0}
 
 
-def test_device_republished_near_t_is_a_skew_window(hist):
+def test_device_republished_near_t_changes_nothing_allocated_before(hist):
+    """The device is read as allocated (step 5): a slice republished 1 s before t is no transition of
+    the transaction's chain (it was a skew-window while the device was read at t)."""
     h = hist
-    h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 - 3600 * S, T0 + 300 * S, generation=1)
+    first = h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 - 3600 * S, T0 + 300 * S, generation=1)
     h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 + 300 * S, generation=2)
     uid, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
     rec = h.record("txn-slice", T0 + 301 * S, pod_uid=uid)
     later = h.record("txn-later", T0 + 400 * S, pod_uid=uid)
 
     attribute(h.s)
-    assert lineage_of(h.s, rec)["reason"] == "skew-window"
+    assert (lineage_of(h.s, rec)["status"], lineage_of(h.s, rec)["physical_gpu_uuid"]) == ("exact", GPU_A)
     assert (lineage_of(h.s, later)["status"], lineage_of(h.s, later)["physical_gpu_uuid"]) == ("exact", GPU_A)
+    assert h.s.execute(select(Lineage.device_state_id).where(Lineage.record_id == later)).scalar_one() == first
 
 
 def test_highest_pool_generation_wins(hist):

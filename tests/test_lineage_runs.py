@@ -43,6 +43,9 @@ def busy_history(h: History) -> list[int]:
     h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 + 300 * S, generation=2)
     h.gpu("gpu-node-a", "gpu-0", GPU_B, T0 + 290 * S, T0 + 310 * S, generation=1)  # stale slice overlapping
     h.gpu("gpu-node-b", "gpu-1", GPU_B)
+    # a stale slice of the same generation naming gpu-1 another GPU when it is allocated at +198 s:
+    # that episode's device as allocated is either (several-devices), never one of them
+    h.gpu("gpu-node-b", "gpu-1", GPU_A, T0 + 190 * S, T0 + 205 * S)
     h.gpu("gpu-node-b", "gpu-1-mig-1g10gb-19-0", MIG_A, parent=GPU_B, profile="1g.10gb")
     single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0, T0 + 200 * S)
     single_gpu_pod(h, "fraud-scorer-0", "gpu-node-b", "gpu-1", T0 + 198 * S)  # restarted elsewhere, seen early
@@ -56,7 +59,8 @@ def busy_history(h: History) -> list[int]:
     sidecar_pod(h, "risk-api-7d9f8c-x2x9z")
     h.gap("ResourceClaim", T0 + 330 * S, T0 + 345 * S)
 
-    bounds = sorted({T0, T0 + 10 * S, T0 + 12 * S, T0 + 30 * S, T0 + 48 * S, T0 + 50 * S, T0 + 198 * S, T0 + 200 * S,
+    bounds = sorted({T0, T0 + 10 * S, T0 + 12 * S, T0 + 30 * S, T0 + 48 * S, T0 + 50 * S, T0 + 190 * S, T0 + 198 * S,
+                     T0 + 200 * S, T0 + 205 * S,
                      T0 + 250 * S, T0 + 251 * S, T0 + 290 * S, T0 + 300 * S, T0 + 310 * S,
                      T0 + 330 * S, T0 + 345 * S, T0 + 400 * S})
     times = sorted({b + k * 800_000_000 for b in bounds for k in range(-5, 6)})

@@ -86,7 +86,11 @@ def test_a_claim_reference_observed_just_after_t_is_no_evidence_of_no_claim(hist
     assert_run_equals_rule(h)
 
 
-def test_a_device_record_that_appears_just_after_t_is_no_evidence_of_none(hist):
+def test_a_device_record_that_appears_after_the_allocation_names_its_device(hist):
+    """The device is resolved as allocated (step 5): with no record when the claim was allocated, its
+    first record within the episode — observed 11 s later here — names it, also for transactions
+    before that record (they were no-device-record, or a skew-window next to it, when the device
+    was read at t)."""
     h = hist
     h.gpu("gpu-node-b", "gpu-5", GPU_B, start=T0 + 301 * S)
     pod, _ = single_gpu_pod(h, "late-dev-0", "gpu-node-b", "gpu-5", T0 + 290 * S)
@@ -94,8 +98,8 @@ def test_a_device_record_that_appears_just_after_t_is_no_evidence_of_none(hist):
     early = h.record("T-early", T0 + 295 * S, pod_uid=pod)
 
     attribute(h.s)
-    assert verdict(h, near) == ("ambiguous", "skew-window", None)
-    assert verdict(h, early) == ("unattributed", "no-device-record", None)
+    assert verdict(h, near) == ("exact", None, GPU_B)
+    assert verdict(h, early) == ("exact", None, GPU_B)
     assert_run_equals_rule(h)
 
 
