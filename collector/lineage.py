@@ -22,8 +22,10 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    earlier release that kept only pods with claims, or one whose history was lost), unless
    the record's namespace and name are those of a pod observed at ``t`` (with another uid, then).
    A uid whose pod state at ``t`` contradicts the record's own namespace, name or node (each
-   compared when the record gives it), or such an unknown uid whose namespace and name are a pod
-   observed at ``t``, is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
+   compared when the record gives it), such an unknown uid whose namespace and name are a pod
+   observed at ``t``, and a record without a uid whose node contradicts every pod its namespace
+   and name resolve to at ``t`` (a line of gpu-node-a is not the same-name pod recreated on
+   gpu-node-b), is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
    (a uid copied from another pod's line, a shipper's stale metadata cache), so the uid is no
    evidence of which pod logged and the chain stops there. A ``no-pod`` whose
    key (uid, or namespace/name) has a pod state bound within ``clock_skew_s`` of ``t`` — logged just
@@ -449,9 +451,13 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     ).select_from(
         P.outerjoin(PS, and_(PS.c.cluster == P.c.cluster, PS.c.pod_uid == P.c.pod_uid, _valid_at(PS, P.c.t)))
     ).where(P.c.in_gap == 0, P.c.pod_uid.is_not(None), or_(PS.c.id.is_not(None), unknown_uid_named))
+    # By namespace/name (no uid): the name matches by the join; the record's node is checked as for a
+    # uid — a line naming gpu-node-a is not the same-name pod recreated on gpu-node-b. Of several pods
+    # with the name at t, the record contradicts its pod only if it contradicts each (podagg: min).
     by_name = select(
         P.c.pid, PS.c.pod_uid, PS.c.namespace, PS.c.name, PS.c.node_name,
-        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, literal(0).label("conflict"),
+        PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t,
+        case((differs(P.c.node_name, PS.c.node_name), 1), else_=0).label("conflict"),
     ).select_from(
         P.join(PS, and_(PS.c.cluster == P.c.cluster, PS.c.namespace == P.c.pod_namespace,
                         PS.c.name == P.c.pod_name, _valid_at(PS, P.c.t)))
@@ -467,7 +473,8 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         func.min(podcand.c.namespace).label("namespace"),
         func.min(podcand.c.name).label("name"),
         func.min(podcand.c.node_name).label("node_name"),
-        func.max(podcand.c.conflict).label("conflict"),
+        # a uid has one candidate row; by name, a conflict only when every pod of the name contradicts
+        func.min(podcand.c.conflict).label("conflict"),
         func.max(_bound_below(pod_bounds, podcand.c.t)).label("near_lo"),
         func.min(_bound_above(pod_bounds, podcand.c.t)).label("near_hi"),
     ).group_by(podcand.c.pid).cte("podagg")
@@ -1835,13 +1842,20 @@ def identity_conflict(session: Session, cluster: str, record_id: int, t_ns: int)
     """Why record ``record_id`` is ``pod-identity-conflict`` (module docstring, step 2): each field
     in which it contradicts the history at ``t_ns``, as ``{"field", "record", "observed"}`` —
     ``namespace``/``name``/``node`` against the state of the pod its uid names, or, for a uid the
-    watcher never observed, ``uid`` against the pod(s) its namespace and name were then.
+    watcher never observed, ``uid`` against the pod(s) its namespace and name were then; for a
+    record without a uid, ``node`` against the pod(s) its namespace and name were then.
 
     Returns:
         The contradictions, in that field order (empty if the history no longer shows one).
     """
     rec = session.execute(select(R.c.pod_uid, R.c.pod_namespace, R.c.pod_name, R.c.node_name)
                           .where(R.c.id == record_id)).one()
+    if rec.pod_uid is None:  # by namespace/name: the node of each pod of that name then
+        nodes = session.execute(select(PS.c.node_name).where(
+            PS.c.cluster == cluster, PS.c.namespace == rec.pod_namespace, PS.c.name == rec.pod_name,
+            _valid_at(PS, t_ns), PS.c.node_name.is_not(None), PS.c.node_name != rec.node_name)
+            .distinct().order_by(PS.c.node_name)).scalars().all() if rec.node_name is not None else []
+        return [{"field": "node", "record": rec.node_name, "observed": node} for node in nodes]
     state = session.execute(select(PS.c.namespace, PS.c.name, PS.c.node_name).where(
         PS.c.cluster == cluster, PS.c.pod_uid == rec.pod_uid, _valid_at(PS, t_ns))).first()
     if state is not None:
