@@ -23,8 +23,11 @@ findings contains f if {
 		"subjects": {"cluster": input.period.cluster},
 		"evidence": {"counts": {"records": a.records, "exact": a.exact, "ambiguous": a.ambiguous, "unattributed": a.unattributed, "pending": a.pending}},
 		"physical_gpu_uuid": null,
-		"from_ns": input.period.from_ns,
-		"to_ns": input.period.to_ns,
+		# A share of the period's transactions has no interval of its own: not an incident that
+		# windows merge, a statement about the evaluated period (a pack shows the evaluation
+		# that covered the most of its period).
+		"from_ns": null,
+		"to_ns": null,
 	}
 }
 

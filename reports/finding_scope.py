@@ -179,6 +179,23 @@ def _end_key(to_ns: int | None) -> float:
     return float("inf") if to_ns is None else to_ns
 
 
+def _states_more(row: Finding, held: Finding, scope: Scope) -> bool:
+    """Whether ``row`` (evaluated later than or with ``held``, the same decision) is the one to show.
+
+    An incident: the evaluation stating its latest end. A finding about its whole evaluation
+    period (no interval: a share of the period's transactions): the evaluation whose period covers
+    the most of the pack's — it counted the most of it; a window of the last hours, evaluated
+    later, stated "0 of 3" for a day of "197 of 200". Ties go to the later evaluation."""
+    if row.from_ns is None:
+        return _covered_ns(row, scope) >= _covered_ns(held, scope)
+    return _end_key(row.to_ns) >= _end_key(held.to_ns)
+
+
+def _covered_ns(row: Finding, scope: Scope) -> int:
+    """Nanoseconds of the pack's period inside ``row``'s evaluation period."""
+    return max(0, min(row.period_to_ns, scope.to_ns) - max(row.period_from_ns, scope.from_ns))
+
+
 def _incidents(widest: dict[str, Finding]) -> list[tuple[Finding, int | None, int | None, list[str]]]:
     """One incident per rule, cluster and subjects over overlapping or touching intervals:
     ``(row shown, from_ns, to_ns, decision keys merged)``, in ``widest``'s order of first key.
@@ -251,7 +268,7 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
                 continue
             if not named:
                 wide.add(key)
-        if key not in widest or _end_key(row.to_ns) >= _end_key(widest[key].to_ns):  # ascending recency: ties go to the later
+        if key not in widest or _states_more(row, widest[key], scope):  # ascending recency: ties go to the later
             widest[key] = row
         seen = found_by.setdefault(key, {}).setdefault((row.bundle_revision, row.bundle_digest),
                                                        [row.evaluated_at, row.evaluated_at, row.engine])

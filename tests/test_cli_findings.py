@@ -146,6 +146,21 @@ def test_one_incident_stated_by_two_overlapping_windows_is_listed_once(store, se
     assert [r["last_evaluated_at"] for r in handover] == [first["isolation/tenant-handover-gap"]["last_evaluated_at"]]
 
 
+def test_a_statement_about_the_whole_period_shows_the_evaluation_that_covered_the_most_of_it(store):
+    """``attribution/exact-ratio`` counts the transactions of its evaluated period. A later window
+    of the last hours (from 02:30) counted 3 of them; merged as one incident with the whole day's,
+    its "0 of 3" was shown for the day of "197 of 200" (a tester's finding)."""
+    [day] = [r for r in _list(store, "--cluster", "prod-eu-1") if r["rule"] == "attribution/exact-ratio"]
+    _eval(store, "prod-eu-1", frm=at(2 * H + 1800))
+    [shown] = [r for r in _list(store, "--cluster", "prod-eu-1") if r["rule"] == "attribution/exact-ratio"]
+    assert shown["whole_period"] is True and (shown["from"], shown["to"]) == (day["from"], day["to"])
+    assert shown["message"] == day["message"] and shown["message"].startswith("197 of 200 transactions")
+    # over the hours from 02:30 only, both cover all of them: the later, which counted exactly those, is shown
+    [late] = [r for r in _list(store, "--cluster", "prod-eu-1", "--from", ns_to_rfc3339(at(2 * H + 1800)))
+              if r["rule"] == "attribution/exact-ratio"]
+    assert late["message"].startswith("0 of 3 transactions")
+
+
 def test_a_cluster_never_recorded_or_never_evaluated_is_warned_about_and_exits_0(store, sessions):
     res = _run("findings", "--database-url", store, "--cluster", "nope")
     assert res.exit_code == 0
