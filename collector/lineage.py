@@ -17,13 +17,14 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    merely abut) may have happened inside it: step 6 makes it ``skew-window``.
 2. **pod** — by ``pod_uid``; else namespace + name → the ``pod_states`` row valid at ``t``
    (several uids → ``ambiguous`` / ``several-pods``; none → ``no-pod``). A given uid whose pod has
-   ``pod_states`` rows, none valid at ``t``, is ``no-pod``; so is a uid never projected (every pod
-   is projected, but an unseen uid may be mistyped, another cluster's, a pod recorded by an
-   earlier release that kept only pods with claims, or one whose history was lost), unless
-   the record's namespace and name are those of a pod observed at ``t`` (with another uid, then).
+   ``pod_states`` rows, none valid at ``t``, or a uid never projected (every pod is projected, but
+   an unseen uid may be mistyped, another cluster's, a pod recorded by an earlier release that kept
+   only pods with claims, or one whose history was lost), is ``no-pod`` — unless the record's
+   namespace and name are those of a pod observed at ``t`` (with another uid, then: a conflict, below).
    A uid whose pod state at ``t`` contradicts the record's own namespace, name or node (each
-   compared when the record gives it), such an unknown uid whose namespace and name are a pod
-   observed at ``t``, and a record without a uid whose node contradicts every pod its namespace
+   compared when the record gives it), a uid with no pod state at ``t`` (unknown, or a pod observed
+   at other times: a shipper's stale metadata after a same-name recreate) whose namespace and name
+   are a pod observed at ``t``, and a record without a uid whose node contradicts every pod its namespace
    and name resolve to at ``t`` (a line of gpu-node-a is not the same-name pod recreated on
    gpu-node-b), is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
    (a uid copied from another pod's line, a shipper's stale metadata cache), so the uid is no
@@ -426,7 +427,6 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     """
     P = points
     # podcand: candidate pods (by uid, or by namespace/name valid at t), outside coverage gaps.
-    ps_any = PS.alias("ps_any")
 
     def differs(recorded: ColumnElement, observed: ColumnElement) -> ColumnElement[bool]:
         return and_(recorded.is_not(None), observed.is_not(None), recorded != observed)
@@ -434,15 +434,15 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     # A uid whose pod state at t has another namespace, name or node than the record says: the record
     # contradicts itself (a uid copied from another pod, a shipper's cache gone stale), so the uid is
     # no evidence of which pod logged (step 2: pod-identity-conflict).
-    # A uid never observed while the record's namespace/name is a pod observed at t (which has
-    # another uid): the same contradiction, seen from the name's side. A uid never observed whose
-    # name is not a pod observed at t resolves to no pod (no candidate row: no-pod); the watcher
-    # not having seen a pod is no evidence that the pod had no claim.
+    # A uid with no pod state at t — never observed, or a pod observed at other times only — while the
+    # record's namespace/name is a pod observed at t (which has another uid): the same
+    # contradiction, seen from the name's side (Fluent Bit's metadata cache, keyed by namespace and
+    # pod name, stamps the old pod's uid on a StatefulSet pod recreated under the same name). A uid
+    # with no state at t whose name is not a pod observed at t resolves to no pod (no candidate
+    # row: no-pod); the watcher not having seen a pod is no evidence that the pod had no claim.
     ps_named = PS.alias("ps_named")
-    unknown_uid_named = and_(
-        ~exists().where(ps_any.c.cluster == P.c.cluster, ps_any.c.pod_uid == P.c.pod_uid),
-        exists().where(ps_named.c.cluster == P.c.cluster, ps_named.c.namespace == P.c.pod_namespace,
-                       ps_named.c.name == P.c.pod_name, _valid_at(ps_named, P.c.t)))
+    uid_absent_named = exists().where(ps_named.c.cluster == P.c.cluster, ps_named.c.namespace == P.c.pod_namespace,
+                                      ps_named.c.name == P.c.pod_name, _valid_at(ps_named, P.c.t))
     conflict = case((or_(differs(P.c.pod_namespace, PS.c.namespace), differs(P.c.pod_name, PS.c.name),
                          differs(P.c.node_name, PS.c.node_name), PS.c.id.is_(None)), 1), else_=0)
     by_uid = select(
@@ -450,7 +450,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         PS.c.valid_from_ns, PS.c.valid_to_ns, P.c.t, conflict.label("conflict"),
     ).select_from(
         P.outerjoin(PS, and_(PS.c.cluster == P.c.cluster, PS.c.pod_uid == P.c.pod_uid, _valid_at(PS, P.c.t)))
-    ).where(P.c.in_gap == 0, P.c.pod_uid.is_not(None), or_(PS.c.id.is_not(None), unknown_uid_named))
+    ).where(P.c.in_gap == 0, P.c.pod_uid.is_not(None), or_(PS.c.id.is_not(None), uid_absent_named))
     # By namespace/name (no uid): the name matches by the join; the record's node is checked as for a
     # uid — a line naming gpu-node-a is not the same-name pod recreated on gpu-node-b. Of several pods
     # with the name at t, the record contradicts its pod only if it contradicts each (podagg: min).
@@ -1841,8 +1841,8 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
 def identity_conflict(session: Session, cluster: str, record_id: int, t_ns: int) -> list[dict[str, Any]]:
     """Why record ``record_id`` is ``pod-identity-conflict`` (module docstring, step 2): each field
     in which it contradicts the history at ``t_ns``, as ``{"field", "record", "observed"}`` —
-    ``namespace``/``name``/``node`` against the state of the pod its uid names, or, for a uid the
-    watcher never observed, ``uid`` against the pod(s) its namespace and name were then; for a
+    ``namespace``/``name``/``node`` against the state of the pod its uid names, or, for a uid with
+    no pod state then, ``uid`` against the pod(s) its namespace and name were then; for a
     record without a uid, ``node`` against the pod(s) its namespace and name were then.
 
     Returns:

@@ -81,3 +81,29 @@ def test_by_name_two_pods_of_the_name_one_on_the_records_node_stay_several_pods(
     got = _verdicts(h, records)
     assert got == {"a": ("ambiguous", "several-pods", None), "c": (*CONFLICT, None)}
 
+
+
+def test_a_stale_uid_of_a_same_name_pod_is_a_conflict_naming_both_uids(hist):
+    """s5_stale_uid.py: the new fraud-scorer-0 (gpu-node-b) logs with the old pod's uid (and, once,
+    the old pod's host) from Fluent Bit's cache. The old uid has pod states, none at t; the name at
+    t is the new pod: a conflict, unattributed, with the uid contradiction listed — not no-pod, and
+    never the new pod's GPU."""
+    h = hist
+    first, second = _recreated(h)
+    t = T0 + 900 * S
+    records = {
+        "stale uid": h.record("S5-STALE-UID", t, pod_uid=first, pod="fraud-scorer-0", node="gpu-node-b"),
+        "stale uid and host": h.record("S5-STALE-UID-HOST", t, pod_uid=first, pod="fraud-scorer-0",
+                                       node="gpu-node-a"),
+        # the old pod's own line while it ran, and a stale uid with a name no pod had at t
+        "old pod then": h.record("S5-OLD", T0 + 300 * S, pod_uid=first, pod="fraud-scorer-0", node="gpu-node-a"),
+        "stale uid, other name": h.record("S5-OTHER", t, pod_uid=first, pod="batch-report-0"),
+    }
+    [computed] = trace(h.s, ["S5-STALE-UID"], cluster=CLUSTER)
+    got = _verdicts(h, records)
+    assert got == {"stale uid": (*CONFLICT, None), "stale uid and host": (*CONFLICT, None),
+                   "old pod then": ("exact", None, GPU_A), "stale uid, other name": ("unattributed", "no-pod", None)}
+    stored = {d["transaction_id"]: d for d in trace(h.s, ["S5-STALE-UID", "S5-STALE-UID-HOST"], cluster=CLUSTER)}
+    for doc in (computed, stored["S5-STALE-UID"], stored["S5-STALE-UID-HOST"]):
+        assert (doc["status"], doc["reason"], doc["physical_gpu_uuid"], doc["pod"]["uid"]) == (*CONFLICT, None, first)
+        assert doc["identity_conflict"] == [{"field": "uid", "record": first, "observed": second}]
