@@ -43,7 +43,7 @@ from collector.timeutil import dt_to_ns, ns_to_dt, ns_to_rfc3339, utcnow
 from reports import policy_coverage as polcov
 from reports import populations as pop
 from reports import scope_names
-from reports.controls import SECTIONS, PackFacts, controls_document, share_text
+from reports.controls import SECTIONS, PackFacts, PolicyCoverage, controls_document, share_text
 from reports.finding_scope import scoped_evaluations, scoped_findings
 from reports.finding_text import Allocation, FindingFacts, describe, duration_text, unobserved_start
 from reports.manifest import (
@@ -161,7 +161,15 @@ class PackResult:
     observed: bool = True  # the collector ran at some point of the period (what the pack's sections say)
     bundles_evaluated: int = 0  # policy bundle revisions evaluated over the period
     not_attributed: int = 0  # transactions of the period no attribution run has processed yet
+    # the least evaluated cluster when policy evaluations covered only part of the period (else None)
+    policy_partial: PolicyCoverage | None = None
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds of this process (all threads) per phase
+
+
+def _partial(policy_rows: list[dict[str, Any]]) -> PolicyCoverage | None:
+    """``polcov.lowest`` of the rows when some cluster was evaluated for part of the period only."""
+    low = polcov.lowest(policy_rows)
+    return low if low is not None and low.any_evaluated and low.partial else None
 
 
 def _fmt_dt(ns: int | None) -> str:
@@ -629,7 +637,7 @@ def render_pack(sessions: sessionmaker[Session], request: PackRequest, out_dir: 
         raise
     result = PackResult(out_dir, pack_id, sha256_hex(data), context["counts"], signed=signed, files=files,
                         timings_s=timings, cpu_s=cpu, observed=context["observed"],
-                        bundles_evaluated=len(context["bundles"]),
+                        bundles_evaluated=len(context["bundles"]), policy_partial=_partial(context["policy_coverage"]),
                         not_attributed=sum(r["count"] for r in context["lineage_by_status"]
                                            if r["status"] == pop.NOT_ATTRIBUTED))
     log.info("pack %s rendered: %s", pack_id, ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))

@@ -224,3 +224,18 @@ def test_control_wording_without_a_store():
     # nothing computed (an older caller): the bundle count alone decides, as before
     assert {c["id"]: c for c in controls_document(PackFacts(True, counts, synced, bundles=1))["controls"]}[
         POLICIES]["status"] == EVIDENCED
+
+
+def test_the_report_command_warns_when_the_policies_covered_part_of_the_period(sessions, tmp_path, bundle):
+    from collector.cli.report import _pack_warnings
+
+    fill_store(sessions)
+    evaluate(sessions, CLUSTER, 24, 30)
+    evaluate(sessions, CLUSTER, 36, 48)
+    pack = render(sessions, tmp_path, "gap", bundle_dir=bundle)
+    assert _pack_warnings(pack) == [
+        "policy evaluations covered only part of the period: cluster prod-eu-1 75.0 % of it, not evaluated "
+        "[2026-11-29T06:00:00Z, 2026-11-29T12:00:00Z) (section 8, data/policy_coverage.csv); run `draudit policy eval "
+        "--from … --to …` over those stretches and render the pack again"]
+    evaluate(sessions, CLUSTER, 30, 36)  # the stretch evaluated: nothing to warn about
+    assert _pack_warnings(render(sessions, tmp_path, "whole", bundle_dir=bundle)) == []

@@ -94,12 +94,20 @@ def _pack_warnings(result) -> list[str]:
     """What an auditor would otherwise find only inside the pack (``reports.render.PackResult``): no
     policy bundle evaluated over an observed period (its findings section is empty for that reason;
     for a period nothing observed the pack says an evaluation finds nothing to decide on, and
-    advising one would contradict it), transactions not attributed yet."""
+    advising one would contradict it) or over part of it only, transactions not attributed yet."""
+    from reports.controls import share_text
+
     warnings = []
     if result.observed and not result.bundles_evaluated:
         warnings.append("no policy bundle was evaluated over the period, so the pack states no findings (section 6 "
                         "says why); run `draudit policy eval --from … --to …` (or let `draudit run` do it) and render "
                         "the pack again")
+    low = result.policy_partial
+    if result.observed and result.bundles_evaluated and low is not None:
+        stretches = ", ".join(f"[{a}, {b})" for a, b in low.not_evaluated) + (f" and {low.more} more" if low.more else "")
+        warnings.append(f"policy evaluations covered only part of the period: {low.where()} {share_text(low.share)} of it, "
+                        f"not evaluated {stretches} (section 8, data/policy_coverage.csv); run `draudit policy eval "
+                        "--from … --to …` over those stretches and render the pack again")
     if result.not_attributed:
         warnings.append(f"{result.not_attributed} transaction(s) of the period are not attributed yet (shown as "
                         "not-attributed-yet); run `draudit attribute` and render the pack again")
