@@ -338,45 +338,44 @@ def test_a_pretty_printed_body_is_one_unit_per_object(sessions, database_url):
     assert positions == ["object 1", "object 2"]
 
 
+def _post_body(sessions, database_url: str, body: str) -> tuple[dict, list[tuple[str, str]]]:
+    """POST ``body`` to /v1/ingest: its read/stored/quarantined counts, and (position, transaction id)
+    of the stored records in id order."""
+    r = make_client(sessions, database_url).post("/v1/ingest", content=body.encode(),
+                                                 headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    with sessions() as s:
+        stored = s.execute(select(InferenceRecord.position, InferenceRecord.transaction_id).order_by(InferenceRecord.id)).all()
+    return {k: r.json()[k] for k in ("read", "stored", "quarantined")}, [tuple(row) for row in stored]
+
+
+def _ecs(txn: str, **fields: str) -> str:
+    """A Spring Boot ECS decision line of transaction ``txn``."""
+    return json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": txn, "decision": "APPROVE",
+                       "message": "scored", **fields})
+
+
 def test_a_body_of_text_lines_and_array_lines_is_read_line_by_line(sessions, database_url):
     """A body starting with ``[`` was read as one array: a Logback ``[main]`` first line lost every
     record after it, and of arrays one per line only the first was read."""
-    client = make_client(sessions, database_url)
-
-    def ecs(txn: str) -> str:
-        return json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": txn, "decision": "APPROVE",
-                           "message": "scored"})
-
+    ecs = _ecs
     body = f"[main] INFO o.s.b.StartupInfoLogger - Starting\n{ecs('L-1')}\n[{ecs('L-2')},{ecs('L-3')}]\n[{ecs('L-4')}]\n"
-    r = client.post("/v1/ingest", content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
-    assert r.status_code == 200, r.text
-    assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 5, "stored": 4, "quarantined": 1}
+    counts, stored = _post_body(sessions, database_url, body)
+    assert counts == {"read": 5, "stored": 4, "quarantined": 1}
+    assert stored == [("2", "L-1"), ("3 element 1", "L-2"), ("3 element 2", "L-3"), ("4 element 1", "L-4")]
     with sessions() as s:
-        stored = s.execute(select(InferenceRecord.position, InferenceRecord.transaction_id).order_by(InferenceRecord.id)).all()
-        (quarantined,) = s.execute(select(Quarantine.position)).scalars().all()
-    assert [tuple(r) for r in stored] == [("2", "L-1"), ("3 element 1", "L-2"), ("3 element 2", "L-3"), ("4 element 1", "L-4")]
-    assert quarantined == "1"
+        assert s.execute(select(Quarantine.position)).scalars().all() == ["1"]
 
 
 def test_an_array_line_of_a_body_over_the_line_limit_is_read_record_by_record(sessions, database_url):
     """Arrays one per line after a text line: a batch line of 800 records (~150 KB, over the 64 KiB
     line limit) is held to the body limit, its records to the line limit; it was one
     ``line-too-long`` unit and its records were never read."""
-    client = make_client(sessions, database_url)
-
-    def ecs(txn: str) -> str:
-        return json.dumps({"@timestamp": "2025-06-04T10:15:00.067Z", "txn_id": txn, "decision": "APPROVE",
-                           "message": "scored", "model_name": "fraud_xgb", "model_version": "7"})
-
-    batch = "[" + ",".join(ecs(f"HB-{i}") for i in range(1, 801)) + "]"
+    batch = "[" + ",".join(_ecs(f"HB-{i}", model_name="fraud_xgb", model_version="7") for i in range(1, 801)) + "]"
     assert len(batch) > 65536
-    body = f"[main] INFO o.s.b.StartupInfoLogger - Starting\n{batch}\n"
-    r = client.post("/v1/ingest", content=body.encode(), headers={**AUTH, "Content-Type": "application/json"})
-    assert r.status_code == 200, r.text
-    assert {k: r.json()[k] for k in ("read", "stored", "quarantined")} == {"read": 801, "stored": 800, "quarantined": 1}
-    with sessions() as s:
-        stored = s.execute(select(InferenceRecord.position, InferenceRecord.transaction_id).order_by(InferenceRecord.id)).all()
-    assert (tuple(stored[0]), tuple(stored[-1])) == (("2 element 1", "HB-1"), ("2 element 800", "HB-800"))
+    counts, stored = _post_body(sessions, database_url, f"[main] INFO o.s.b.StartupInfoLogger - Starting\n{batch}\n")
+    assert counts == {"read": 801, "stored": 800, "quarantined": 1}
+    assert (stored[0], stored[-1]) == (("2 element 1", "HB-1"), ("2 element 800", "HB-800"))
 
 
 def test_split_json_stream_handles_braces_in_strings_and_separators():
