@@ -102,7 +102,11 @@ event time is later than ``horizon - settle_s``, where a cluster's horizon is th
 to which the watcher knew its history complete for all three kinds (per kind the latest of the open
 interval's start, its last commit or bookmark, and the end of its closed intervals; the minimum
 over kinds). Once the horizon has passed ``t + settle_s`` the row is settled and never revisited
-(bounded work). Only rows whose verdict changed are rewritten (their ``attributed_at`` moves),
+(bounded work). A row is re-evaluated with the settings it was computed with (``settings_id``:
+tolerance, default cluster, pins), not the run's, and keeps them — the window is for late history,
+not another tolerance: a run with a smaller one turned the ``ambiguous`` rows of a wider ``all=True``
+run ``exact``, and repeated runs ratcheted toward the smallest tolerance any used.
+Only rows whose verdict changed are rewritten (their ``attributed_at`` moves),
 so a run without new records or new history writes nothing. ``exact`` rows are not revisited;
 a history correction is what ``all=True`` is for. A cluster the watcher never recorded has no
 horizon, and its rows are ``unknown-cluster``: a verdict resting on the absence of any history.
@@ -811,6 +815,7 @@ def _verdict_cols() -> list[Column]:
 
 # record ids whose non-exact lineage is re-evaluated by this run
 T_REVISIT = Table("draudit_lin_revisit", _TMP, Column("record_id", BigInteger, primary_key=True, autoincrement=False),
+                  Column("settings_id", BigInteger),  # the settings its stored row was computed with
                   prefixes=["TEMPORARY"])
 # one row per pod key of the batch ('' = absent), with the time span of the batch (covers its records)
 T_KEYS = Table("draudit_lin_keys", _TMP, Column("kid", BigInteger, primary_key=True, autoincrement=False),
@@ -1102,27 +1107,59 @@ class _Run:
         """
         rec_cluster = func.coalesce(R.c.cluster, literal(self.cluster))
         observable = self.not_yet_observed()
+        cols = ["record_id", "settings_id"]
         for cluster, horizon_ns in sorted(history_horizons(self.s).items()):
-            self.s.execute(insert(T_REVISIT).from_select(["record_id"], select(R.c.id).select_from(
+            self.s.execute(insert(T_REVISIT).from_select(cols, select(R.c.id, L.c.settings_id).select_from(
                 R.join(L, L.c.record_id == R.c.id)).where(
                 R.c.event_time_ns > horizon_ns - settle_ns, L.c.status != "exact", rec_cluster == cluster,
                 *observable)))
         known = known_clusters(self.s)
         if known:
-            self.s.execute(insert(T_REVISIT).from_select(["record_id"], select(R.c.id).select_from(
+            self.s.execute(insert(T_REVISIT).from_select(cols, select(R.c.id, L.c.settings_id).select_from(
                 R.join(L, L.c.record_id == R.c.id)).where(
                 NOT_EXACT, L.c.reason == "unknown-cluster", rec_cluster.in_(known), *observable,
                 ~exists().where(T_REVISIT.c.record_id == R.c.id))))
         return self.s.execute(select(func.count()).select_from(T_REVISIT)).scalar_one()
 
     def revisit(self) -> dict[tuple[str, str | None], int]:
-        """Re-evaluate ``T_REVISIT``; rewrite only the rows whose verdict changed; counts rewritten."""
-        if not self.build_timeline([select(*_record_key(self.cluster), R.c.event_time_ns.label("t")).select_from(
-                R.join(T_REVISIT, T_REVISIT.c.record_id == R.c.id))]):
+        """Re-evaluate ``T_REVISIT``; rewrite only the rows whose verdict changed; counts rewritten.
+
+        Each row is re-evaluated with the settings it was computed with (its ``settings_id``: clock-skew
+        tolerance, default cluster, serving containers), one group per settings, and keeps them: the
+        settle window is for late history, not for another tolerance (a run with a smaller one
+        turned the ambiguous rows of an ``--all`` run with a wider one exact, and repeated runs
+        ratcheted toward the smallest tolerance any used). ``all=True`` changes the settings of rows.
+        Rows without recorded settings (written outside ``attribute_run``) take this run's.
+        """
+        groups = self.s.execute(select(T_REVISIT.c.settings_id).distinct()).scalars().all()
+        stored = {sid: (skew_ns, cluster, json.loads(pins) or None) for sid, skew_ns, cluster, pins in self.s.execute(
+            select(AS.c.id, AS.c.clock_skew_ns, AS.c.cluster, AS.c.serving_containers)
+            .where(AS.c.id.in_([g for g in groups if g is not None])))}
+        own = (self.skew_ns, self.cluster, self.serving, self.settings_id)
+        written: dict[tuple[str, str | None], int] = {}
+        try:
+            for sid in sorted(groups, key=lambda g: (g is None, g or 0)):
+                if sid in stored:
+                    self.skew_ns, self.cluster, self.serving = stored[sid]
+                    self.settings_id = sid
+                else:
+                    self.skew_ns, self.cluster, self.serving, self.settings_id = own
+                in_group = T_REVISIT.c.settings_id == sid if sid is not None else T_REVISIT.c.settings_id.is_(None)
+                for k, n in self._revisit_group(in_group).items():
+                    written[k] = written.get(k, 0) + n
+        finally:
+            self.skew_ns, self.cluster, self.serving, self.settings_id = own
+        return written
+
+    def _revisit_group(self, in_group: ColumnElement[bool]) -> dict[tuple[str, str | None], int]:
+        """``revisit`` of the ``T_REVISIT`` rows matching ``in_group``, with the settings now on ``self``
+        (records its live watcher has not passed within that tolerance wait, as in ``collect_unsettled``)."""
+        where = [R.c.id.in_(select(T_REVISIT.c.record_id).where(in_group)), *self.not_yet_observed()]
+        if not self.build_timeline([select(*_record_key(self.cluster), R.c.event_time_ns.label("t")).where(*where)]):
             return {}
         F = T_FRESH
-        self.s.execute(insert(F).from_select(list(LINEAGE_COLUMNS), self.lineage_rows(
-            R.c.id.in_(select(T_REVISIT.c.record_id)))))
+        self.s.execute(delete(F))
+        self.s.execute(insert(F).from_select(list(LINEAGE_COLUMNS), self.lineage_rows(*where)))
         unchanged = exists().where(L.c.record_id == F.c.record_id,
                                    *[L.c[c].is_not_distinct_from(F.c[c]) for c in VERDICT_COLUMNS])
         self.s.execute(delete(F).where(unchanged))
@@ -1291,8 +1328,10 @@ class AttributionSummary:
     """Rows written by one attribution run: counts by status (all three keys) and by reason.
 
     ``revisited``: non-exact rows re-evaluated inside the settle window; ``revised``: those whose
-    verdict changed (rewritten, and included in the counts by status and reason). ``run_at``: the
-    run's clock (``attributed_at`` of its rows; ``pending_counts(now=...)`` of what it left pending).
+    verdict changed (rewritten, and included in the counts by status and reason; by status apart in
+    ``revised_by_status``). ``new``: transactions attributed for the first time (the rest of the
+    counts). ``run_at``: the run's clock (``attributed_at`` of its rows; ``pending_counts(now=...)``
+    of what it left pending).
     """
 
     by_status: dict[str, int]
@@ -1300,11 +1339,14 @@ class AttributionSummary:
     revisited: int = 0
     revised: int = 0
     run_at: datetime | None = field(default=None, compare=False)
+    new: int = 0
+    revised_by_status: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        """``{"exact": n, "ambiguous": n, "unattributed": n, "by_reason": {...}, "revisited": n, "revised": n}``."""
+        """``{"exact": n, "ambiguous": n, "unattributed": n, "by_reason": {...}, "revisited": n, "revised": n,
+        "new": n}`` (the counts by status and reason cover the new and the revised rows)."""
         return {**self.by_status, "by_reason": dict(self.by_reason), "revisited": self.revisited,
-                "revised": self.revised}
+                "revised": self.revised, "new": self.new}
 
 
 def attribute_run(
@@ -1365,7 +1407,9 @@ def attribute_run(
             by_status[status] += n
             if reason:
                 by_reason[reason] = by_reason.get(reason, 0) + n
-    return AttributionSummary(by_status, dict(sorted(by_reason.items())), revisited, sum(revised.values()), run_at)
+    revised_by_status = {s: sum(n for (st, _), n in revised.items() if st == s) for s in STATUSES}
+    return AttributionSummary(by_status, dict(sorted(by_reason.items())), revisited, sum(revised.values()), run_at,
+                              new=sum(written.values()), revised_by_status=revised_by_status)
 
 
 def attribute(

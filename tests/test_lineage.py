@@ -417,7 +417,7 @@ def test_unattributed_reasons(hist):
     }
     assert summary.as_json() == {"exact": 0, "ambiguous": 1, "unattributed": 6, "by_reason": {
         "several-pods": 1, "no-allocation": 1, "no-claim": 1, "no-device-record": 1, "no-pod": 3},
-        "revisited": 0, "revised": 0}
+        "revisited": 0, "revised": 0, "new": 7}
     assert lineage_of(h.s, recs["several-pods"])["candidates"] == 2
     assert lineage_of(h.s, recs["no-device-record"])["claim_name"] == "fraud-scorer-3-gpu"
 
@@ -524,7 +524,7 @@ def test_cli_attribute_and_trace(sessions, database_url, monkeypatch):
     assert res.exit_code == 0, res.output
     assert json.loads(res.output) == {"exact": 1, "ambiguous": 1, "unattributed": 1,
                                       "by_reason": {"no-pod": 1, "skew-window": 1}, "revisited": 0, "revised": 0,
-                                      "pending": {"awaiting-history": 0, "future-event-time": 0}}
+                                      "new": 3, "pending": {"awaiting-history": 0, "future-event-time": 0}}
     res = runner.invoke(cli, ["attribute", "--database-url", database_url])
     assert res.exit_code == 0 and "exact" in res.output and "0" in res.output
 

@@ -110,7 +110,7 @@ def test_late_history_is_picked_up_inside_the_settle_window(hist):
     assert history_horizons(h.s) == {CLUSTER: T0 + 100 * S}
     early = h.record("txn-early", T0 + 60 * S, pod="fraud-scorer-0")  # logged before its pod was recorded
     assert attribute_run(h.s).as_json() == {"exact": 0, "ambiguous": 0, "unattributed": 1,
-                                            "by_reason": {"no-pod": 1}, "revisited": 0, "revised": 0}
+                                            "by_reason": {"no-pod": 1}, "revisited": 0, "revised": 0, "new": 1}
     first_at = h.s.execute(select(Lineage.attributed_at).where(Lineage.record_id == early)).scalar_one()
 
     # nothing new: the row is re-evaluated, unchanged, and not rewritten
@@ -125,7 +125,7 @@ def test_late_history_is_picked_up_inside_the_settle_window(hist):
     fresh = h.record("txn-fresh", T0 + 150 * S, pod="fraud-scorer-0")
     summary = attribute_run(h.s)
     assert summary.as_json() == {"exact": 2, "ambiguous": 0, "unattributed": 0, "by_reason": {},
-                                 "revisited": 1, "revised": 1}
+                                 "revisited": 1, "revised": 1, "new": 1}
     assert lineage_of(h.s, early)["status"] == "exact" and lineage_of(h.s, early)["pod_uid"] == uid
     assert lineage_of(h.s, fresh)["physical_gpu_uuid"] == GPU_A
     # exact rows are final: nothing left to revisit, nothing written
@@ -260,7 +260,11 @@ def test_cli_attribute_revisits_late_history(sessions, database_url, monkeypatch
     res = runner.invoke(cli, ["attribute", "--database-url", database_url, "--settle-s", "120"])
     assert res.exit_code == 0, res.output
     assert ("re-evaluated 1 unattributed/ambiguous transaction(s) whose history may have changed (settle window "
-            "120 s, or a cluster first watched since): 1 changed") in res.output
+            "120 s, or a cluster first watched since), each with the clock-skew tolerance it was attributed with: "
+            "1 changed") in res.output
+    # the header tells new transactions from re-evaluated ones (it said "attributed 1" for this one)
+    assert "attributed 0 transaction(s); 1 re-evaluated transaction(s) changed verdict" in res.output
+    assert "  exact                  1  (1 of them re-evaluated, changed)" in res.output
     with sessions() as session:
         assert session.execute(select(Lineage.status, Lineage.physical_gpu_uuid)).one() == ("exact", GPU_A)
 

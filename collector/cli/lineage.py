@@ -56,8 +56,9 @@ def _serving_option(fn):
 @click.option("--settle-s", "settle_s", type=float, default=600.0, show_default=True, metavar="S",
               callback=_seconds_in_range("MAX_SETTLE_S"),
               help="Re-evaluate unattributed/ambiguous transactions whose time is within S seconds of the "
-                   "newest history the watcher has recorded (it may still arrive late); rewrite those that "
-                   "change.")
+                   "newest history the watcher has recorded (it may still arrive late), each with the settings "
+                   "(clock-skew tolerance) it was attributed with; rewrite those that change. --all changes "
+                   "the tolerance of stored rows.")
 @_skew_option
 @_serving_option
 @database_option
@@ -82,11 +83,13 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
         # "pending": records left without lineage by this run, by pending reason (as `trace` names them)
         echo_json({**summary.as_json(), "pending": pending})
         return
-    total = sum(summary.by_status.values())
-    click.echo(f"attributed {total} transaction(s)" + (" (all recomputed)" if all_ else ""))
+    # new transactions and re-evaluated ones whose verdict changed are counted apart in the header
+    changed = f"; {summary.revised} re-evaluated transaction(s) changed verdict" if summary.revised else ""
+    click.echo(f"attributed {summary.new} transaction(s)" + (" (all recomputed)" if all_ else "") + changed)
     ambiguous_reasons = {"skew-window", "several-devices", "several-pods"}
     for status, n in summary.by_status.items():
-        click.echo(f"  {status:<14}{n:>10}")
+        revised = summary.revised_by_status.get(status, 0)
+        click.echo(f"  {status:<14}{n:>10}" + (f"  ({revised} of them re-evaluated, changed)" if revised else ""))
         # each reason under its own status: ambiguous ones under ambiguous, the rest under unattributed
         for reason, m in sorted(summary.by_reason.items()):
             if (reason in ambiguous_reasons) == (status == "ambiguous") and status != "exact":
@@ -109,8 +112,8 @@ def attribute_cmd(all_: bool, settle_s: float, clock_skew_s: float | None, servi
     if summary.revisited:
         # recent ones (the settle window) and unknown-cluster ones of a cluster watched since
         click.echo(f"re-evaluated {summary.revisited} unattributed/ambiguous transaction(s) whose history may have "
-                   f"changed (settle window {settle_s:g} s, or a cluster first watched since): {summary.revised} "
-                   "changed (counted above)")
+                   f"changed (settle window {settle_s:g} s, or a cluster first watched since), each with the "
+                   f"clock-skew tolerance it was attributed with: {summary.revised} changed (counted above)")
 
 
 # What trace says of a record an attribution run leaves pending (collector.lineage.PENDING_*).
