@@ -175,6 +175,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     union,
     union_all,
 )
@@ -286,31 +287,36 @@ def _valid_at(table: Any, t: ColumnElement) -> ColumnElement[bool]:
     return and_(table.c.valid_from_ns <= t, or_(table.c.valid_to_ns.is_(None), t < table.c.valid_to_ns))
 
 
-def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement) -> ColumnElement[bool]:
+def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None) -> ColumnElement[bool]:
     """``ds`` (``device_states`` or an alias) is the device record of result ``ar`` of episode ``ae``
     as of its allocation (module docstring, step 5): a record of the result's device valid when the
     episode became valid (``valid_from_ns``), else, when none was (a slice observed a moment after
     the claim), the first record of that device after it within the episode's lifetime; of several
     such records, the highest pool generation (several of those: each counts, as candidates).
+    ``cluster``: the cluster of the device; None when the caller joins ``ds`` to ``ar``'s device in
+    it already (``trace``: the condition is part of its one statement's text, kept short).
 
     Records later than that one — a slice republished with other attributes, deleted while the
     allocation holds (kubelet restart, driver upgrade) — do not change what was allocated
     (dra-api.md §0.2, §9: join at allocation time and keep the UUIDs). A record's effective start is
     ``max(valid_from_ns, episode start)``; the chosen ones have the earliest, then the highest
     generation: one NOT EXISTS probe of ``ix_device_states_key``."""
-    def candidate(x: Any) -> ColumnElement[bool]:
-        return and_(x.c.cluster == cluster, x.c.driver == ar.c.driver, x.c.pool == ar.c.pool,
-                    x.c.device == ar.c.device,
-                    or_(x.c.valid_to_ns.is_(None), x.c.valid_to_ns > ae.c.valid_from_ns),
+    def in_episode(x: Any) -> ColumnElement[bool]:
+        return and_(or_(x.c.valid_to_ns.is_(None), x.c.valid_to_ns > ae.c.valid_from_ns),
                     or_(ae.c.valid_to_ns.is_(None), x.c.valid_from_ns < ae.c.valid_to_ns))
 
-    better = DS.alias(f"{ds.name}_better")
-    start, better_start = (_Greatest(x.c.valid_from_ns, ae.c.valid_from_ns) for x in (ds, better))
-    # correlate_except: nested in another EXISTS (trace), the outer tables must stay the outer query's
-    return and_(candidate(ds), ~exists().where(
-        candidate(better),
-        or_(better_start < start, and_(better_start == start, better.c.pool_generation > ds.c.pool_generation)),
-    ).correlate_except(better))
+    b = DS.alias(f"{ds.name}b")
+    start, b_start = (_Greatest(x.c.valid_from_ns, ae.c.valid_from_ns) for x in (ds, b))
+    own = in_episode(ds) if cluster is None else and_(
+        ds.c.cluster == cluster, ds.c.driver == ar.c.driver, ds.c.pool == ar.c.pool, ds.c.device == ar.c.device,
+        in_episode(ds))
+    # b precedes ds: an earlier effective start, or the same and a higher generation — as row values,
+    # (b_start, ds generation) < (start, b generation). correlate_except: nested in another EXISTS
+    # (trace), the outer tables must stay the outer query's.
+    return and_(own, ~exists().where(
+        b.c.cluster == ds.c.cluster, b.c.driver == ds.c.driver, b.c.pool == ds.c.pool, b.c.device == ds.c.device,
+        in_episode(b), tuple_(b_start, ds.c.pool_generation) < tuple_(start, b.c.pool_generation),
+    ).correlate_except(b))
 
 
 def _bound_below(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnElement[int]:
@@ -1555,7 +1561,7 @@ def _owner_running(ae: Any, cc: Any, cluster: ColumnElement, t: ColumnElement) -
     ``t``: attribution counts such a pod's episode whatever the time its reservation was observed
     (step 4, for a record of that pod, which runs then), so ``co_tenants`` counts it too — not
     after the pod is gone while its claim is still allocated (deallocation lags)."""
-    ps = PS.alias("ps_owner")
+    ps = PS.alias("pso")  # short: part of trace's one statement, whose text must stay under 4096 characters
     return and_(ae.c.owner_pod_uid == cc.c.consumer_uid,
                 exists().where(ps.c.cluster == cluster, ps.c.pod_uid == cc.c.consumer_uid, _valid_at(ps, t)))
 
@@ -1570,7 +1576,7 @@ def _co_tenants_stmt() -> Select:
                              AR.c.admin_access == False))  # noqa: E712
             # the episode's device as allocated (step 5): the record of the GPU in force when it began
             .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t),
-                           _as_allocated(DS, AR, AE, DS.c.cluster)))
+                           _as_allocated(DS, AR, AE, None)))
             # as attribution counts them (step 4): reserved at t, or the claim's owner pod while it runs
             .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_valid_at(CC, t), _owner_running(AE, CC, DS.c.cluster, t))))
         )
@@ -1797,7 +1803,7 @@ def _trace_stmt() -> Select:
     neither database flattens, so the pod state lookups run once per record, not once per row.
 
     Tables under short aliases and LIMIT/OFFSET as literals keep the SQL text under 4096 characters
-    (was 4436), the longest psycopg caches the conversion of to PostgreSQL's ``$n`` placeholders for:
+    (was 4436; 4091 with the device as allocated — mind it when adding to this statement), the longest psycopg caches the conversion of to PostgreSQL's ``$n`` placeholders for:
     longer, it parsed the text again on each call (0.1 ms of client CPU per trace).
     """
     r, lin, ps, ds, ar, ae, cc = (t.alias(a) for t, a in (
@@ -1827,8 +1833,9 @@ def _trace_stmt() -> Select:
         .outerjoin(ar, and_(ar.c.driver == ds.c.driver, ar.c.pool == ds.c.pool, ar.c.device == ds.c.device,
                             ar.c.admin_access == False,  # noqa: E712
                             exists().where(ae_valid.c.id == ar.c.episode_id, _valid_at(ae_valid, t),
-                                           _as_allocated(ds, ar, ae_valid, ds.c.cluster))))
-        .outerjoin(ae, and_(ae.c.id == ar.c.episode_id, ae.c.cluster == ds.c.cluster, _valid_at(ae, t)))
+                                           _as_allocated(ds, ar, ae_valid, None))))
+        # valid at t: the results joined are those of episodes valid at t (above)
+        .outerjoin(ae, and_(ae.c.id == ar.c.episode_id, ae.c.cluster == ds.c.cluster))
         .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_valid_at(cc, t), _owner_running(ae, cc, ds.c.cluster, t))))
     )
     return (

@@ -129,3 +129,13 @@ def test_the_newest_generation_as_allocated_wins_and_two_equal_records_are_not_a
     rows = _rule_agrees(h)
     assert rows[ra][1:3] == ("exact", None) and rows[ra][6] == GPU_A
     assert rows[rb][1:4] == ("ambiguous", "several-devices", 2) and rows[rb][6] is None
+
+
+def test_trace_statement_stays_short_enough_for_psycopg_to_cache():
+    """``_TRACE`` (one statement per traced id) with the as-allocated device test: psycopg caches the
+    conversion to ``$n`` placeholders only for query texts up to 4096 characters."""
+    from sqlalchemy.dialects import postgresql
+
+    from collector.lineage import _TRACE
+
+    assert len(str(_TRACE.compile(dialect=postgresql.dialect(paramstyle="pyformat")))) < 4096
