@@ -159,6 +159,24 @@ def test_a_first_array_line_longer_than_the_peek_then_a_broken_line_costs_only_i
     assert quarantined == [("2", "unparseable")]
 
 
+@pytest.mark.parametrize("first_records", [3, 100], ids=["short-first-line", "first-line-past-the-peek"])
+def test_a_broken_first_array_line_costs_only_itself(tmp_path, database_url, sessions, first_records):
+    """The first batch line cut short (no closing ``]``) made the file one streamed array: its
+    unterminated tail took every later line, and their records were neither stored nor counted."""
+    text = json.dumps(_batch("BF", 1, first_records))[:-5] + "\n" + json.dumps(_batch("BF", 500, 2)) + "\n" + \
+        json.dumps(_batch("BF", 502, 3)) + "\n"
+    path = tmp_path / "batches.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 6, "stored": 5, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("2 element 1", "BF-500"), ("2 element 2", "BF-501"), ("3 element 1", "BF-502"),
+                      ("3 element 2", "BF-503"), ("3 element 3", "BF-504")]
+    assert quarantined == [("1", "unparseable")]
+    with sessions() as s:
+        assert s.execute(select(Quarantine.reason)).scalar_one().startswith("unparseable: invalid JSON array")
+
+
 def test_a_record_over_the_line_limit_inside_an_array_line_costs_only_itself(tmp_path, database_url, sessions):
     big = json.loads(_ecs_line("OV-2"))
     big["stack_trace"] = "x" * 70000  # one record over the 64 KiB line limit

@@ -378,6 +378,16 @@ def test_an_array_line_of_a_body_over_the_line_limit_is_read_record_by_record(se
     assert (stored[0], stored[-1]) == (("2 element 1", "HB-1"), ("2 element 800", "HB-800"))
 
 
+def test_a_body_whose_first_array_line_is_broken_loses_only_that_line(sessions, database_url):
+    """Arrays one per line whose first is cut short: the body was read as one unterminated array,
+    every later line lost in its tail, and the answer was 200."""
+    first = "[" + ",".join(_ecs(f"BB-{i}") for i in range(1, 4))  # no closing bracket
+    body = f"{first}\n[{_ecs('BB-4')},{_ecs('BB-5')}]\n[{_ecs('BB-6')}]\n"
+    counts, stored = _post_body(sessions, database_url, body)
+    assert counts == {"read": 4, "stored": 3, "quarantined": 1}
+    assert stored == [("2 element 1", "BB-4"), ("2 element 2", "BB-5"), ("3 element 1", "BB-6")]
+
+
 def test_split_json_stream_handles_braces_in_strings_and_separators():
     from collector.ingest.jsonarray import split_json_stream
 

@@ -251,6 +251,7 @@ def _ingest_text(run, stream, source: str, max_bytes: int, on_line=None, first_l
 
 
 _ARRAY_PEEK = 4096
+_NEXT_LINE_PEEK = 256  # of the line after a long first line: enough to see whether it starts an array
 
 
 def _filled(stream):
@@ -274,24 +275,24 @@ def _starts_json_array(stream, max_bytes: int):
     comes back re-readable from its start (it may have been read ahead).
 
     A text line that starts with a bracket (a JVM warning ``[0.011s][warning]…``, Logback's
-    ``[main] INFO …``) is no array. Nor is a whole array on the first line, ended by its newline:
-    arrays one per line (saved batches) are read line by line, each array line's elements units
+    ``[main] INFO …``) is no array. Nor are arrays one per line (``jsonarray.arrays_one_per_line``:
+    the first line ends its array, or the next starts another): saved batches are read line by line, each array line's elements units
     (``<line> element <i>``, a line held to the body limit ``max_bytes``, its records to the line
     limit), so a broken line costs only itself; streamed as arrays, it took the lines after it
     into its unterminated tail. A first line longer than ``_ARRAY_PEEK`` is read (up to
     ``max_bytes``) to find where it ends."""
-    from collector.ingest.jsonarray import starts_record_array
+    from collector.ingest.jsonarray import arrays_one_per_line, starts_record_array
 
     head = stream.peek(_ARRAY_PEEK)[:_ARRAY_PEEK].removeprefix(b"\xef\xbb\xbf").lstrip(_WHITESPACE)
     if not starts_record_array(head):
         return stream, False
     newline = head.find(b"\n")
-    first = head[:newline + 1] if newline >= 0 else b""
+    first, following = (head[:newline + 1], head[newline + 1:]) if newline >= 0 else (b"", b"")
     if newline < 0 and len(stream.peek(_ARRAY_PEEK)) >= _ARRAY_PEEK:  # the first line goes on past the peek
         first = stream.readline(max_bytes + 1)
+        following = stream.peek(_NEXT_LINE_PEEK)[:_NEXT_LINE_PEEK] if first.endswith(b"\n") else b""
         stream = _filled(io.BufferedReader(_Prefixed(first, stream), 1 << 20))
-    whole_line = first.endswith(b"\n") and first.rstrip(_WHITESPACE).endswith(b"]")
-    return stream, not whole_line
+    return stream, not arrays_one_per_line(first, following)
 
 
 def _ingest_array(run, stream, source: str, max_bytes: int, on_line=None) -> None:

@@ -42,8 +42,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from collector.ingest.jsonarray import (JsonArrayElements, feed_elements, feed_pretty, feed_values, json_object_stream,
-                                       starts_pretty_object, starts_record_array)
+from collector.ingest.jsonarray import (JsonArrayElements, arrays_one_per_line, feed_elements, feed_pretty, feed_values,
+                                       json_object_stream, starts_pretty_object, starts_record_array)
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
 from collector.ingest.otlp import OtlpMalformed, export_response, json_depth_limit, records_from_json, records_from_protobuf
 from collector.ingest.pan import mask_text
@@ -197,7 +197,9 @@ def ingest_lines_body(run: IngestRun, body: bytes, source: str) -> None:
     """
     body = body.removeprefix(_UTF8_BOM)
     head = body.lstrip()[:1]
-    if head == b"[" and starts_record_array(body[:4096]):
+    newline = body.find(b"\n")
+    if head == b"[" and starts_record_array(body[:4096]) and not (
+            newline >= 0 and arrays_one_per_line(body[:newline + 1], body[newline + 1:newline + 4096])):
         # One array (every element kept whole: the body limit already bounds them); anything after
         # it (arrays one per line, text) makes the body lines, each array line's elements units.
         elements = JsonArrayElements(io.BytesIO(body), len(body), chunk_bytes=max(len(body), 1), keep_after=True)

@@ -179,6 +179,22 @@ def starts_record_array(head: bytes) -> bool:
     return after[:1] == b"{" or after[1:].lstrip(b" \t\r")[:1] in (b"\n", b"")
 
 
+def arrays_one_per_line(first_line: bytes, following: bytes) -> bool:
+    """Whether an input that starts like a record array (``starts_record_array``) holds arrays one
+    per line (saved batches: Fluent Bit ``format json``, Vector ``codec: json``), to be read line by
+    line — each array line's elements units, a broken line costing only itself — rather than one
+    array streamed element by element (pretty-printed, or one element per line).
+
+    ``first_line``: the input's first line with its newline (without one, the line is not known to
+    end: False); ``following``: bytes after it (some, not necessarily all). True when the first line
+    ends the array it opens (its last non-blank byte is ``]``), or the next non-blank line starts
+    another array: then the first line is a batch of its own, even one cut short — streamed, its
+    unterminated tail took every later line (a tester's finding)."""
+    if not first_line.endswith(b"\n"):
+        return False
+    return first_line.rstrip(_WHITESPACE).endswith(b"]") or following.lstrip(_WHITESPACE)[:1] == b"["
+
+
 def feed_elements(run: Any, elements: JsonArrayElements, source: str, *, on_element: Any = None,
                   first: int = 1, read: list[tuple[bytes, int]] | None = None) -> int:
     """Parse every element of ``elements`` into ``run`` (an ``IngestRun``; no commit); returns

@@ -85,7 +85,8 @@ def _not_an_object(body: str, decoded: tuple[Any, orjson.JSONDecodeError | None]
         # starts with a bracket (a JVM "[0.011s][warning]…", Logback "[main] INFO …": its first
         # "element" is already no JSON)
         first_end = min((i for i in (body.find(","), body.find("]")) if i >= 0), default=len(body))
-        if body[:1] == "[" and len(body) <= 4096 and body.count("[") < 64 and exc.pos > first_end:
+        records = body[1:].lstrip()[:1] == "{"  # an array of records (a batch), however long
+        if body[:1] == "[" and (records or len(body) <= 4096 and body.count("[") < 64) and exc.pos > first_end:
             return f"unparseable: invalid JSON array ({exc})"
         return "unparseable: not JSON and not a CRI log line (plain text)"
     return f"unparseable: {_JSON_KIND.get(type(value), 'a JSON value')}, not an object (a log record is a JSON object)"
