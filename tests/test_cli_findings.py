@@ -21,8 +21,8 @@ from collector.timeutil import ns_to_rfc3339
 
 BUNDLE = load_bundle(Path(__file__).resolve().parent.parent / "policies")
 US = "prod-us-2"  # a second cluster: one allocation of a device no ResourceSlice publishes
-KEYS = ["rule", "severity", "kind", "cluster", "subjects", "physical_gpu_uuid", "from", "to", "whole_period", "message",
-        "bundle_revision", "bundle_digest", "last_evaluated_at", "finding_key"]
+KEYS = ["rule", "severity", "kind", "cluster", "subjects", "physical_gpu_uuid", "from", "to", "seen_until",
+        "whole_period", "message", "bundle_revision", "bundle_digest", "last_evaluated_at", "finding_key"]
 EVALUATED_AT = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
@@ -70,7 +70,7 @@ def test_findings_of_a_real_evaluation_are_listed_newest_first_with_exact_json_k
     assert {k: v for k, v in sharing.items() if k not in ("message", "last_evaluated_at", "finding_key", "subjects")} == {
         "rule": "isolation/cross-tenant-sharing", "severity": "high", "kind": "violation", "cluster": "prod-eu-1",
         "physical_gpu_uuid": gpu_uuid("C0"), "from": "2026-11-29T02:00:00Z", "to": "2026-11-29T03:00:00Z",
-        "whole_period": False, "bundle_revision": BUNDLE.revision, "bundle_digest": BUNDLE.digest}
+        "seen_until": None, "whole_period": False, "bundle_revision": BUNDLE.revision, "bundle_digest": BUNDLE.digest}
     assert sharing["subjects"]["tenants"] == ["marketing", "risk-inference"]
     assert sharing["message"].startswith("tenants risk-inference and marketing shared physical GPU " + gpu_uuid("C0"))
     assert EVALUATED_AT.match(sharing["last_evaluated_at"]) and re.fullmatch(r"[0-9a-f]{64}", sharing["finding_key"])
@@ -243,7 +243,9 @@ def test_a_finding_without_interval_shows_its_evaluation_period_and_an_open_end_
     whole, still = rows["custom/whole-period"], rows["custom/still-open"]
     assert (whole["from"], whole["to"], whole["whole_period"], whole["bundle_revision"]) == (
         "2026-11-29T06:00:00Z", "2026-11-29T18:00:00Z", True, "custom-1")
-    assert (still["from"], still["to"], still["whole_period"]) == ("2026-11-29T07:00:00Z", None, False)
+    assert (still["from"], still["to"], still["seen_until"], still["whole_period"]) == (
+        "2026-11-29T07:00:00Z", None, "2026-11-29T18:00:00Z", False)
+    assert whole["seen_until"] is None
     # a finding without interval overlaps by its evaluation period; an open end is known until the period's end
     for rule in ("custom/whole-period", "custom/still-open"):
         assert [r["rule"] for r in _list(store, "--from", "2026-11-29T17:59:59Z", "--rule", rule)] == [rule]
@@ -253,4 +255,70 @@ def test_a_finding_without_interval_shows_its_evaluation_period_and_an_open_end_
     assert table[0] == ("2026-11-29T06:00:00Z .. 2026-11-29T18:00:00Z (evaluation period)  LOW observation  "
                         "custom/whole-period  cluster prod-eu-1")
     table = _run("findings", "--database-url", store, "--rule", "custom/still-open").stdout.splitlines()
-    assert table[0] == "2026-11-29T07:00:00Z .. open  INFO observation  custom/still-open  cluster prod-eu-1"
+    assert table[0] == ("2026-11-29T07:00:00Z .. open (seen until 2026-11-29T18:00:00Z)  INFO observation  "
+                        "custom/still-open  cluster prod-eu-1")
+
+
+def _ghosts(url: str, *args: str) -> list[tuple]:
+    return [(r["subjects"]["claims"], r["from"], r["to"], r["seen_until"])
+            for r in _list(url, "--cluster", US, "--rule", "inventory/unknown-device", *args)]
+
+
+def test_an_allocation_still_going_on_when_evaluated_is_open_with_the_instant_it_was_seen_until(store, sessions):
+    """The policies cut an allocation not released (valid_to NULL) at the end of the evaluation
+    period; it was listed with that end as ``to``, as if the violation ended then, and moved with
+    each later evaluation (breaker: repro3_findings_open_to.sh)."""
+    with sessions.begin() as s:
+        History(s, cluster=US).allocation("risk-inference", "ghost-open", "node-y", "gpu-8", 20 * H, None)
+    _eval(store, US)
+    assert _ghosts(store) == [
+        (["risk-inference/ghost-open"], "2026-11-29T20:00:00Z", None, "2026-11-30T00:00:00Z"),
+        (["risk-inference/ghost-us"], "2026-11-29T04:00:00Z", "2026-11-29T05:00:00Z", None)]  # ended inside: kept
+    table = _run("findings", "--database-url", store, "--cluster", US, "--limit", "1").stdout.splitlines()
+    assert table[0] == ("2026-11-29T20:00:00Z .. open (seen until 2026-11-30T00:00:00Z)  HIGH violation  "
+                        "inventory/unknown-device  cluster prod-us-2")
+    # a later evaluation over a longer period saw it longer: still open, seen until that period's end
+    _eval(store, US, to=DAY[1] + 12 * H * 10 ** 9)
+    assert _ghosts(store)[0] == (["risk-inference/ghost-open"], "2026-11-29T20:00:00Z", None, "2026-11-30T12:00:00Z")
+
+
+NOTE_TAIL = " — findings, or their absence, say nothing about those stretches\n"
+
+
+def test_a_window_evaluated_in_part_gets_a_note_naming_the_share_and_the_stretches_not_evaluated(store, sessions):
+    """Both clusters were evaluated over the planted day only: a window from its last 12 hours into
+    the next day is half evaluated, which the listing did not say (breaker: repro4_findings_partial_window.sh)."""
+    window = ("--from", "2026-11-29T12:00:00Z", "--to", "2026-11-30T12:00:00Z")
+    res = _run("findings", "--database-url", store, "--cluster", "prod-eu-1", *window)
+    assert res.exit_code == 0
+    assert res.stderr == ("note: policy evaluations cover 50.0 % of the window for cluster prod-eu-1; not evaluated: "
+                          "[2026-11-30T00:00:00Z, 2026-11-30T12:00:00Z)" + NOTE_TAIL)
+    assert res.stdout.splitlines()[-1] == "1 finding"  # the attribution ratio of the day
+    res = _run("findings", "--database-url", store, "--output", "json", *window)  # every cluster: the least evaluated
+    assert res.exit_code == 0 and [r["rule"] for r in json.loads(res.stdout)] == ["attribution/exact-ratio"]
+    assert res.stderr == ("note: policy evaluations cover 50.0 % of the window for cluster prod-eu-1 (the least "
+                          "evaluated of 2 clusters not wholly evaluated); not evaluated: "
+                          "[2026-11-30T00:00:00Z, 2026-11-30T12:00:00Z)" + NOTE_TAIL)
+    res = _run("findings", "--database-url", store, "--from", "2026-11-30T00:00:00Z", "--to", "2026-11-30T06:00:00Z")
+    assert res.exit_code == 0 and res.stdout == (
+        "no finding matches\n(no policy evaluation covers this period: run `draudit policy eval`)\n")
+    assert res.stderr == ("note: policy evaluations cover 0.0 % of the window for cluster prod-eu-1 (the least "
+                          "evaluated of 2 clusters not wholly evaluated); not evaluated: "
+                          "[2026-11-30T00:00:00Z, 2026-11-30T06:00:00Z)" + NOTE_TAIL)
+    # a cluster observed in the window and never evaluated is named, without --cluster too
+    with sessions.begin() as s:
+        History(s, cluster="prod-ap-3").watch("ResourceClaim", "synced", -H)
+    res = _run("findings", "--database-url", store, "--from", "2026-11-29", "--to", "2026-11-30", "--limit", "1")
+    assert res.exit_code == 0
+    assert res.stderr == ("note: policy evaluations cover 0.0 % of the window for cluster prod-ap-3; not evaluated: "
+                          "[2026-11-29T00:00:00Z, 2026-11-30T00:00:00Z)" + NOTE_TAIL)
+
+
+def test_a_window_evaluated_whole_or_a_listing_without_window_gets_no_note(store):
+    for args in (("--from", "2026-11-29", "--to", "2026-11-30"), ("--cluster", US, "--from", "2026-11-29T03:00:00Z",
+                                                                  "--to", "2026-11-29T23:59:59.999999Z")):
+        res = _run("findings", "--database-url", store, *args)
+        assert res.exit_code == 0 and res.stderr == "" and res.stdout.splitlines()[-1] in ("14 findings", "1 finding")
+    # unbounded on one side: no window to cover, though nothing evaluated the next day
+    res = _run("findings", "--database-url", store, "--from", "2026-11-29T12:00:00Z")
+    assert res.exit_code == 0 and res.stderr == ""

@@ -5,6 +5,17 @@ Source: the ``findings`` rows stored by ``draudit policy eval`` and by ``draudit
 function packs use — so one incident stated by several evaluation windows, or found by several
 bundle revisions, is one row here as in a pack (``_incidents``, ``finding_identity``). A listing:
 exit status 0 whether or not findings exist; 2 for an input the user can fix.
+
+Two statements the stored interval alone would get wrong:
+
+* An end the evaluation did not see. The policies clip an interval still going on (an allocation
+  not released) to what the evaluation could see: its period's end, or when it ran if earlier. A
+  finding whose end is there was still going on as far as its evaluation saw: listed as open
+  (``to`` null) with ``seen_until``, not as if it ended then (``_open_end``).
+* A window evaluated in part. With ``--from`` and ``--to``, the share of the window the policy
+  evaluations covered is computed as packs compute it (``reports.policy_coverage``: evaluations cut
+  at when they ran, the least evaluated cluster) and, when below 100 %, a note on stderr names the
+  stretches not evaluated (``_coverage_note``): findings, or their absence, say nothing about them.
 """
 
 from __future__ import annotations
@@ -21,8 +32,9 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")  # as collector.polic
 # Bounds of an unbounded listing (no --from / --to): the signed 64-bit range of the ns columns.
 _MIN_NS, _MAX_NS = -(2 ** 63), 2 ** 63 - 1
 _SUBJECT_ITEMS = 4  # values of one subject list shown in the table before "+N more" (JSON: all)
-JSON_KEYS = ("rule", "severity", "kind", "cluster", "subjects", "physical_gpu_uuid", "from", "to", "whole_period",
-             "message", "bundle_revision", "bundle_digest", "last_evaluated_at", "finding_key")
+JSON_KEYS = ("rule", "severity", "kind", "cluster", "subjects", "physical_gpu_uuid", "from", "to", "seen_until",
+             "whole_period", "message", "bundle_revision", "bundle_digest", "last_evaluated_at", "finding_key")
+_KEY_BATCH = 500  # finding keys per IN (...) when reading the rows shown
 
 _HELP = """List the stored policy findings whose interval (or evaluation period, for a finding that has
 no interval of its own; an interval still open counts until its evaluation period's end) overlaps
@@ -39,7 +51,12 @@ stating its latest end.
   cluster            the evaluated cluster; null: evaluated over all clusters
   subjects           the finding's subjects as the bundle states them (object)
   physical_gpu_uuid  GPU the finding is about, or null
-  from, to           RFC 3339 UTC; to null: still open when last evaluated
+  from, to           RFC 3339 UTC; to null: still going on as far as the evaluation
+                     stating it could see (the policies cut such an interval at the
+                     end of the evaluation period, or when it ran if earlier)
+  seen_until         when to is null: RFC 3339 UTC up to which that evaluation saw it
+                     (its period's end, or when it ran if earlier); else null.
+                     The table shows such an end as "open (seen until T)".
   whole_period       true when the finding has no interval of its own:
                      from/to are then its evaluation period
   message            the finding's text
@@ -50,7 +67,11 @@ stating its latest end.
 
 Exit status: 0 whether or not findings exist (a listing); 2 for a bad input (one line on stderr).
 A --cluster never recorded in the store, or never covered by an evaluation, is warned about on
-stderr: 0 findings there says nothing about it."""
+stderr: 0 findings there says nothing about it. With both --from and --to, a window the policy
+evaluations covered only in part (as packs count it: each evaluation up to when it ran; the
+--cluster, else each cluster observed or evaluated in the window, the least evaluated named) gets
+a note on stderr naming its share and the stretches not evaluated: findings, or their absence,
+say nothing about those. An unbounded listing has no window to cover: no note."""
 
 
 def _time(value: str | None, flag: str) -> int | None:
@@ -101,14 +122,19 @@ def findings_cmd(from_: str | None, to: str | None, cluster: str | None, rule: s
     _engine, sessions = open_store(settings)
     scope = Scope(_MIN_NS if start is None else start, _MAX_NS if end is None else end, (cluster,) if cluster else ())
     with sessions() as session:
-        warnings = _warnings(session, cluster, rule)
-        for warning in warnings:
+        cluster_warnings, rule_warnings = _warnings(session, cluster, rule)
+        for warning in cluster_warnings + rule_warnings:
             click.echo(warning, err=True)
         incidents = scoped_findings(session, scope).findings
         docs = [_doc(f) for f in incidents if (rule is None or f["rule"] == rule)
                 and (severity is None or f["severity"] == severity)]
         _fill_periods(session, docs)
         evaluated = bool(scoped_evaluations(session, scope)) if not docs else True
+        # a cluster warning already says that no evaluation covered it
+        note = (_coverage_note(session, scope)
+                if start is not None and end is not None and not cluster_warnings else None)
+    if note:
+        click.echo(note, err=True)
     docs.sort(key=_newest_first)
     total = len(docs)
     shown = docs[:limit] if limit else docs
@@ -118,7 +144,7 @@ def findings_cmd(from_: str | None, to: str | None, cluster: str | None, rule: s
     if not shown:
         filtered = any(v is not None for v in (from_, to, cluster, rule, severity))
         click.echo("no finding matches" if filtered else "no finding is stored")
-        if not evaluated and not (cluster and warnings):  # a cluster warning already says why
+        if not evaluated and not cluster_warnings:  # a cluster warning already says why
             click.echo("(no policy evaluation covers this period" + (f" for cluster {cluster}" if cluster else "")
                        + ": run `draudit policy eval`)")
         return
@@ -128,17 +154,17 @@ def findings_cmd(from_: str | None, to: str | None, cluster: str | None, rule: s
                else f"{total} finding{'s' if total != 1 else ''}")
 
 
-def _warnings(session, cluster: str | None, rule: str | None) -> list[str]:
+def _warnings(session, cluster: str | None, rule: str | None) -> tuple[list[str], list[str]]:
     """Lines for stderr when a filter names something that makes "0 findings" say nothing: a
     ``--cluster`` the store never recorded (the line ``draudit policy eval`` prints,
     ``reports.scope_names.NeverRecorded.warning``) or that no evaluation covered (one of that
-    cluster, or of all clusters), a ``--rule`` no stored finding has."""
+    cluster, or of all clusters), a ``--rule`` no stored finding has: ``(cluster lines, rule lines)``."""
     from sqlalchemy import exists, or_, select
 
     from collector.store.models import Finding, PolicyEvaluation
     from reports.scope_names import never_recorded
 
-    out = []
+    out, rules = [], []
     if cluster:
         unknown = never_recorded(session, (cluster,), ())
         if unknown:
@@ -149,8 +175,36 @@ def _warnings(session, cluster: str | None, rule: str | None) -> list[str]:
                        f"{cluster}` evaluates it): 0 findings says nothing about it")
     if rule and not session.execute(select(exists().where(Finding.rule == rule))).scalar():
         known = session.execute(select(Finding.rule).distinct().order_by(Finding.rule)).scalars().all()
-        out.append(f"warning: no stored finding has rule {rule} (rules stored: {', '.join(known) or 'none'})")
-    return out
+        rules.append(f"warning: no stored finding has rule {rule} (rules stored: {', '.join(known) or 'none'})")
+    return out, rules
+
+
+def _coverage_note(session, scope) -> str | None:
+    """The stderr note when policy evaluations covered less than the whole window, else None.
+
+    Computed as a pack computes its policy coverage (``reports.render._policy_coverage``, with the
+    functions of ``reports.policy_coverage``): the evaluations in scope (``scoped_evaluations``) and
+    those the findings rows name (``finding_evaluations``), each covering its period up to when it
+    ran (``spans``), per cluster: the ``--cluster``, else the clusters observed in the window
+    (``reports.populations.coverage``) and those the evaluations name; the least evaluated deciding
+    row (``lowest``) is named, as ``draudit report`` names it. None when no cluster is in question
+    and no evaluation overlaps (nothing observed, nothing evaluated: nothing to note)."""
+    from reports import policy_coverage as polcov
+    from reports import populations as pop
+    from reports.controls import share_text
+    from reports.finding_scope import scoped_evaluations
+
+    evaluations = [*scoped_evaluations(session, scope), *polcov.finding_evaluations(session, scope)]
+    clusters = scope.clusters or (
+        {k["cluster"] for k in pop.coverage_summary(pop.coverage(session, scope), scope)}
+        | {e["cluster"] for e in evaluations if e["cluster"] is not None})
+    low = polcov.lowest(polcov.coverage_rows(polcov.spans(evaluations), scope, clusters))
+    if low is None or low.share >= 1:
+        return None
+    stretches = ", ".join(f"[{a}, {b})" for a, b in low.not_evaluated) + (f" and {low.more} more" if low.more else "")
+    others = f" (the least evaluated of {low.partial} clusters not wholly evaluated)" if low.partial > 1 else ""
+    return (f"note: policy evaluations cover {share_text(low.share)} of the window for {low.where()}{others}; "
+            f"not evaluated: {stretches} — findings, or their absence, say nothing about those stretches")
 
 
 def _doc(f: dict[str, Any]) -> dict[str, Any]:
@@ -159,28 +213,44 @@ def _doc(f: dict[str, Any]) -> dict[str, Any]:
     evaluations of every bundle that found it (``bundles[*].evaluated_at``, ``%Y-%m-%dT%H:%M:%S.%fZ``)."""
     return {"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "cluster": f["cluster"],
             "subjects": f["subjects"], "physical_gpu_uuid": f["physical_gpu_uuid"], "from": f["from"], "to": f["to"],
-            "whole_period": f["from_ns"] is None, "message": f["message"], "bundle_revision": f["bundle_revision"],
-            "bundle_digest": f["bundle_digest"],
+            "seen_until": None, "whole_period": f["from_ns"] is None, "message": f["message"],
+            "bundle_revision": f["bundle_revision"], "bundle_digest": f["bundle_digest"],
             "last_evaluated_at": max([b["evaluated_at"] for b in f["bundles"]] or [f["evaluated_at"]]),
             "finding_key": f["finding_key"], "from_ns": f["from_ns"], "to_ns": f["to_ns"]}
 
 
 def _fill_periods(session, docs: list[dict[str, Any]]) -> None:
-    """For findings without an interval (``whole_period``), from/to become the evaluation period of
-    the row shown (``findings.period_from_ns``/``period_to_ns`` by ``finding_key``)."""
+    """The evaluation of the row shown (``findings.period_from_ns``/``period_to_ns``/``evaluated_at``
+    by ``finding_key``) completes each doc: a finding without an interval (``whole_period``) takes
+    its period as from/to; one with an interval gets its open end (``_open_end``)."""
     from sqlalchemy import select
 
     from collector.store.models import Finding
 
-    keys = [d["finding_key"] for d in docs if d["whole_period"]]
-    if not keys:
-        return
-    periods = {k: (a, b) for k, a, b in session.execute(
-        select(Finding.finding_key, Finding.period_from_ns, Finding.period_to_ns).where(Finding.finding_key.in_(keys)))}
+    keys = sorted({d["finding_key"] for d in docs})
+    periods: dict[str, tuple[int, int, int]] = {}
+    for i in range(0, len(keys), _KEY_BATCH):
+        periods.update({k: (a, b, dt_to_ns(at)) for k, a, b, at in session.execute(
+            select(Finding.finding_key, Finding.period_from_ns, Finding.period_to_ns, Finding.evaluated_at)
+            .where(Finding.finding_key.in_(keys[i:i + _KEY_BATCH])))})
     for d in docs:
+        period_from, period_to, evaluated_at = periods[d["finding_key"]]
         if d["whole_period"]:
-            d["from_ns"], d["to_ns"] = periods[d["finding_key"]]
+            d["from_ns"], d["to_ns"] = period_from, period_to
             d["from"], d["to"] = ns_to_rfc3339(d["from_ns"]), ns_to_rfc3339(d["to_ns"])
+        else:
+            _open_end(d, min(period_to, evaluated_at))
+
+
+def _open_end(d: dict[str, Any], seen_ns: int) -> None:
+    """A finding with an interval whose end is at or past ``seen_ns`` — the end of what the
+    evaluation stating it could see: its period's end, or when it ran if earlier (as
+    ``reports.policy_coverage`` counts an evaluation) — or stored without an end, was still going on
+    then: the policies cut an interval still open at the period's end (``collector.policy.facts``,
+    ``_Clipper``), so that end is the evaluation's, not the incident's. ``to`` becomes null (open)
+    and ``seen_until`` that instant."""
+    if d["to_ns"] is None or d["to_ns"] >= seen_ns:
+        d["to_ns"], d["to"], d["seen_until"] = None, None, ns_to_rfc3339(seen_ns)
 
 
 def _newest_first(d: dict[str, Any]) -> tuple:
@@ -209,7 +279,8 @@ def _compact(subjects: Any) -> str:
 
 def _table_entry(d: dict[str, Any]) -> str:
     """Three or four lines for one finding: interval, severity, rule, cluster; subjects; message; bundle."""
-    interval = f"{d['from']} .. {d['to'] or 'open'}" + (" (evaluation period)" if d["whole_period"] else "")
+    end = d["to"] or f"open (seen until {d['seen_until']})"
+    interval = f"{d['from']} .. {end}" + (" (evaluation period)" if d["whole_period"] else "")
     gpu = f"\n  gpu:      {d['physical_gpu_uuid']}" if d["physical_gpu_uuid"] else ""
     from reports.finding_scope import BUNDLE_SEPARATOR
 
