@@ -187,13 +187,39 @@ def _states_more(row: Finding, held: Finding, scope: Scope) -> bool:
     the most of the pack's — it counted the most of it; a window of the last hours, evaluated
     later, stated "0 of 3" for a day of "197 of 200". Ties go to the later evaluation."""
     if row.from_ns is None:
-        return _covered_ns(row, scope) >= _covered_ns(held, scope)
+        return _covered_ns(row.period_from_ns, row.period_to_ns, dt_to_ns(row.evaluated_at), scope) >= \
+            _covered_ns(held.period_from_ns, held.period_to_ns, dt_to_ns(held.evaluated_at), scope)
     return _end_key(row.to_ns) >= _end_key(held.to_ns)
 
 
-def _covered_ns(row: Finding, scope: Scope) -> int:
-    """Nanoseconds of the pack's period inside ``row``'s evaluation period."""
-    return max(0, min(row.period_to_ns, scope.to_ns) - max(row.period_from_ns, scope.from_ns))
+def _covered_ns(from_ns: int, to_ns: int, evaluated_at_ns: int, scope: Scope) -> int:
+    """Nanoseconds of the pack's period an evaluation of ``[from_ns, to_ns)`` run at
+    ``evaluated_at_ns`` decided: its period up to when it ran (``reports.policy_coverage``), clipped."""
+    return max(0, min(to_ns, evaluated_at_ns, scope.to_ns) - max(from_ns, scope.from_ns))
+
+
+def _best_evaluations(session: Session, scope: Scope) -> dict[tuple[str | None, str], tuple[int, int]]:
+    """Per cluster (None: evaluations of all clusters) and bundle digest, ``(covered ns,
+    evaluated_at ns)`` of the evaluation that decided the most of the pack's period (ties: the
+    later), whatever it found."""
+    best: dict[tuple[str | None, str], tuple[int, int]] = {}
+    for e in scoped_evaluations(session, scope):
+        mark = (_covered_ns(e["period_from_ns"], e["period_to_ns"], e["evaluated_at_ns"], scope), e["evaluated_at_ns"])
+        key = (e["cluster"], e["bundle_digest"])
+        if mark >= best.get(key, (-1, -1)):
+            best[key] = mark
+    return best
+
+
+def _overtaken(row: Finding, best: dict[tuple[str | None, str], tuple[int, int]], scope: Scope) -> bool:
+    """A finding about its whole evaluation period that a later or wider evaluation of its cluster
+    by the same bundle did not state again: that evaluation decided more of the pack's period (or
+    as much, later) and found it fine. Shown, a 3-second window's "215 of 228 below 0.99" stood
+    for a period whose whole evaluation found no such thing (a tester's finding). Another bundle
+    (revision) may not have the rule at all: its silence overrides nothing."""
+    at_ns = dt_to_ns(row.evaluated_at)
+    mark = (_covered_ns(row.period_from_ns, row.period_to_ns, at_ns, scope), at_ns)
+    return row.from_ns is None and best.get((row.cluster, row.bundle_digest), mark) > mark
 
 
 def _incidents(widest: dict[str, Finding]) -> list[tuple[Finding, int | None, int | None, list[str]]]:
@@ -276,6 +302,9 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
             seen[1:] = [row.evaluated_at, row.engine]
     out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
     out.excluded = {rule: len(keys) for rule, keys in excluded.items()}
+    best = _best_evaluations(session, scope)
+    for key in [k for k, row in widest.items() if _overtaken(row, best, scope)]:
+        del widest[key]
     for row, from_ns, to_ns, keys in _incidents(widest):
         by_bundle: dict[tuple[str, str], list] = {}
         for key in keys:
@@ -296,7 +325,8 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
             "bundle_revision": BUNDLE_SEPARATOR.join(b["revision"] for b in bundles),
             "bundle_digest": BUNDLE_SEPARATOR.join(b["digest"] for b in bundles), "bundles": bundles,
             "decided_by": {"revision": row.bundle_revision, "digest": row.bundle_digest}, "engine": row.engine,
-            "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key})
+            "evaluated_at": row.evaluated_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "finding_key": row.finding_key,
+            "period_from_ns": row.period_from_ns, "period_to_ns": row.period_to_ns})
     out.findings.sort(key=_finding_order)
     return out
 
