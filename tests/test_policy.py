@@ -23,8 +23,8 @@ from collector.policy.engines import RegorusEngine
 from collector.policy.facts import build_facts, iter_allocations
 from collector.policy.findings import evaluate_period
 from collector.store import ledger
-from collector.store.models import Finding
-from collector.timeutil import NS_PER_S, ns_to_rfc3339
+from collector.store.models import Finding, PolicyEvaluation
+from collector.timeutil import NS_PER_S, dt_to_ns, ns_to_rfc3339
 from test_policy_support import DAY, EXPECTED_RULES, H, History, at, gpu_uuid, plant_history
 
 BUNDLE_DIR = Path(__file__).resolve().parent.parent / "policies"
@@ -162,6 +162,11 @@ def test_a_gap_still_open_counts_until_now_and_only_inside_the_period(sessions, 
     [gap] = result.findings
     assert (gap["rule"], gap["from_ns"], gap["to_ns"]) == ("coverage/observation-gap", at(20 * H), at(20 * H + 120))
     assert gap["evidence"] == {"watch_state": ["prod-eu-1/Pod"]}
+    # stamped with the instant its facts were cut at: a reader tells "lasted to when it ran" from
+    # "ended before" (draudit findings: open, seen until then); stamped later, it read as ended
+    with sessions() as s:
+        stamped = s.execute(select(PolicyEvaluation.evaluated_at).order_by(PolicyEvaluation.id.desc())).scalars().first()
+    assert dt_to_ns(stamped) == at(20 * H + 120)
 
 
 def test_reevaluating_a_still_open_gap_updates_one_finding_instead_of_adding_new_ones(sessions, bundle, regorus_engine):

@@ -31,7 +31,7 @@ from collector.policy.facts import build_facts
 from collector.store import ledger
 from collector.store.canonical import content_hash
 from collector.store.models import Finding, PolicyEvaluation
-from collector.timeutil import utcnow
+from collector.timeutil import dt_to_ns, ns_to_dt, utcnow
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 KINDS = ("violation", "warning", "observation")
@@ -181,7 +181,12 @@ def evaluate_period(sessions: sessionmaker[Session], bundle: Bundle, engine: Pol
             nothing is stored then.
         ValueError: an empty period.
     """
-    evaluated_at = utcnow()
+    # One instant: the facts are cut at it (open gaps, allocations still going on) and the
+    # evaluation is stamped with it, so a reader can tell "lasted to when it ran" (still going on)
+    # from "ended before"; stamped a few ms after its cut, a scheduled run's ongoing allocation
+    # read as ended then.
+    evaluated_at = utcnow() if now_ns is None else ns_to_dt(now_ns)
+    now_ns = dt_to_ns(evaluated_at)
     with sessions.begin() as session:
         started = time.perf_counter()
         facts = build_facts(session, period_from_ns, period_to_ns, cluster, now_ns=now_ns)
