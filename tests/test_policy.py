@@ -201,6 +201,19 @@ def test_a_collector_stopped_and_not_back_is_an_observation_gap(sessions, bundle
                               "of cluster prod-eu-1 for 600000 ms, still open (collector stopped: not watching)")
 
 
+def test_a_device_published_by_two_generations_is_the_newest_generation_s_as_attribution_resolves_it(sessions):
+    # The pool moved to generation 2 (GPU "N2") while a stale generation-1 slice, re-sent later,
+    # still lists the device with another UUID: the facts took the record published last ("O1"),
+    # attribution the highest generation — a sharing on "N2" could be missed by the policies.
+    with sessions.begin() as s:
+        h = History(s)
+        h.device("node-g", "gpu-0", gpu_uuid("N2"), start_s=-H, generation=2)
+        h.device("node-g", "gpu-0", gpu_uuid("O1"), start_s=-H / 2, generation=1)
+        h.allocation("risk-inference", "fraud-g", "node-g", "gpu-0", 1 * H, 2 * H)
+    [alloc] = [a for a in iter_allocations(_facts(sessions)) if a["claim"] == "fraud-g"]
+    assert alloc["physical_gpu_uuid"] == gpu_uuid("N2")
+
+
 def test_allocations_outside_the_period_or_cluster_are_not_evaluated(sessions, planted, bundle, regorus_engine):
     night = (at(12 * H), at(24 * H))
     assert _facts(sessions, night)["allocation_groups"] == []

@@ -68,13 +68,13 @@ class History:
         return vid
 
     def device(self, node: str, device: str, uuid: str | None, *, parent: str | None = None, profile: str | None = None,
-               allow_multiple: bool = False, start_s: float = -H, end_s: float | None = None) -> int:
+               allow_multiple: bool = False, start_s: float = -H, end_s: float | None = None, generation: int = 1) -> int:
         """A device published in ``node``'s ResourceSlice (a MIG device when ``parent`` is given)."""
         slice_name = f"{node}-gpu.nvidia.com-r8w2k"
         vid = self._version("ResourceSlice", None, slice_name, next(self._uid))
         mig = parent is not None
         return self.s.execute(insert(DeviceState).values(
-            cluster=self.cluster, driver=DRIVER, pool=node, device=device, slice_name=slice_name, pool_generation=1,
+            cluster=self.cluster, driver=DRIVER, pool=node, device=device, slice_name=slice_name, pool_generation=generation,
             node_name=node, device_type="mig" if mig else "gpu", uuid=uuid, parent_uuid=parent,
             physical_gpu_uuid=parent if mig else uuid, profile=profile, product_name="NVIDIA H100 80GB HBM3",
             driver_version="570.124.6", memory_bytes=(10 if mig else 80) * 2**30, allow_multiple_allocations=allow_multiple,

@@ -55,7 +55,9 @@ their own small sides. ``iter_allocations(facts)`` gives the members back as obj
 
 Rules of the facts (sources: dra-api.md §2.3, §5.2, §6.3, §6.5):
 - The device of a result is the ``device_states`` row of (cluster, driver, pool, device) valid
-  at the allocation's start, else the first one published during the allocation. Its physical
+  at the allocation's start (of the highest pool generation when several slices publish it, as
+  attribution resolves it: ``collector.lineage``), else the first one published during the
+  allocation. Its physical
   GPU is ``physical_gpu_uuid`` (a MIG device's ``parent_uuid``); without a record the device
   key ``cluster/driver/pool/device`` stands in, so same-device overlaps are still found.
 - ``adminAccess`` results are monitoring access, not "served by": they take no part in overlaps
@@ -143,11 +145,11 @@ FROM (
              (SELECT ds.id FROM device_states ds
                WHERE ds.cluster = e.cluster AND ds.driver = r.driver AND ds.pool = r.pool AND ds.device = r.device
                  AND ds.valid_from_ns <= e.valid_from_ns AND COALESCE(ds.valid_to_ns, :open_end) > e.valid_from_ns
-               ORDER BY ds.valid_from_ns DESC, ds.id DESC LIMIT 1),
+               ORDER BY ds.pool_generation DESC, ds.valid_from_ns DESC, ds.id DESC LIMIT 1),
              (SELECT ds.id FROM device_states ds
                WHERE ds.cluster = e.cluster AND ds.driver = r.driver AND ds.pool = r.pool AND ds.device = r.device
                  AND ds.valid_from_ns > e.valid_from_ns AND ds.valid_from_ns < COALESCE(e.valid_to_ns, :open_end)
-               ORDER BY ds.valid_from_ns, ds.id LIMIT 1)) AS device_state_id
+               ORDER BY ds.valid_from_ns, ds.pool_generation DESC, ds.id LIMIT 1)) AS device_state_id
       FROM allocation_results r
       JOIN allocation_episodes e ON e.id = r.episode_id
      WHERE e.valid_from_ns < :period_to
