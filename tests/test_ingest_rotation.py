@@ -127,6 +127,36 @@ def test_a_file_left_open_no_longer_keeps_later_files_from_the_parse_workers(tmp
     assert reparsed == [("a", 1), ("b", 1)]
 
 
+def test_a_file_given_twice_is_read_once(rotated, database_url, sessions):
+    """Overlapping globs (``0.log* *.gz``) name the gzipped file twice: read twice, its records were
+    duplicates and the line it left open was quarantined as never completed, though joined."""
+    oldest, rotated_file, live, _line = rotated
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0
+    result = runner.invoke(cli, ["ingest", str(live), str(rotated_file), str(oldest), str(rotated_file),
+                                 "--database-url", database_url, "--output", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"read": 5, "stored": 5, "duplicates": 0, "conflicts": 0, "quarantined": 0,
+                                         "pan_masked": 0}
+    assert result.stderr == f"draudit: warning: {rotated_file} is the file {rotated_file} given again: read once\n"
+
+
+def test_a_live_log_named_through_a_containers_link_is_joined_with_its_rotated_files(rotated, database_url, sessions,
+                                                                                      tmp_path):
+    """``/var/log/containers/<pod>_<ns>_<container>-<id>.log`` links to the pod's live ``0.log``:
+    its name is not the rotated files' stream, nor does it give the pod identity the same way."""
+    _oldest, rotated_file, live, _line = rotated
+    containers = tmp_path / "var/log/containers"
+    containers.mkdir(parents=True)
+    link = containers / f"fraud-api-7c9d8-x2x4q_risk-inference_api-{'ab' * 32}.log"
+    link.symlink_to(live)
+    counts = _ingest(database_url, link, rotated_file)
+    assert counts == {"read": 4, "stored": 4, "duplicates": 0, "conflicts": 0, "quarantined": 0, "pan_masked": 0}
+    assert [(t, f, p) for t, f, p, _pod in _stored(sessions)] == [
+        ("RT-1", "0.log.20251129-080010", "1"), ("RT-2", "0.log.20251129-080010", "2"),
+        ("RT-3", "0.log.20251129-080010", "3"), ("RT-4", link.name, "2")]
+
+
 def test_rotation_order_and_streams():
     live = "/var/log/pods/ns_p_0b6f7a52-6c5e-4a8e-9a57-0b8c1f2a3d4e/api/0.log"
     assert log_stream(live + ".20251129-081500.gz") == live

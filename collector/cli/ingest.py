@@ -13,7 +13,7 @@ import click
 from collector.cli.options import database_option, echo_json, open_store, output_option, settings_from
 from collector.errors import UserError
 from collector.ingest.parser import FORMATS
-from collector.ingest.rotation import continues, in_rotation_order
+from collector.ingest.rotation import continues, in_rotation_order, log_stream
 from collector.store.db import shown_url
 
 
@@ -63,8 +63,10 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     aliases = AliasTable.from_file(aliases_path) if aliases_path else None
     _engine, sessions = open_store(settings)
     run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)
+    paths = _read_once(paths)
     # a container log's rotated files and its live log, oldest first (a shell glob gives newest first)
-    paths = tuple(paths[i] for i in in_rotation_order([_source(p) for p in paths]))
+    paths = tuple(paths[i] for i in in_rotation_order([_real(p) for p in paths]))
+    run.parser.streams.update({_source(p): log_stream(_real(p)) for p in paths})
     inputs = [open_input(p) for p in paths]
     show_progress = sys.stderr.isatty()
     try:
@@ -168,8 +170,8 @@ def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
 def _end_source(run, paths, i: int) -> None:
     """``paths[i]`` was read: its open partial lines end here unless the next input is the next
     file of its log stream (kubelet rotation, ``rotation.continues``)."""
-    following = _source(paths[i + 1]) if i + 1 < len(paths) else None
-    run.end_source(_source(paths[i]), continued=continues(_source(paths[i]), following))
+    following = _real(paths[i + 1]) if i + 1 < len(paths) else None
+    run.end_source(_source(paths[i]), continued=continues(_real(paths[i]), following))
 
 
 commands = [ingest_cmd]
@@ -205,6 +207,28 @@ def _refuse_protobuf(stream, source: str) -> None:
         raise UserError(f"{source}: this is binary OTLP protobuf (an ExportLogsServiceRequest), not a log file; "
                         "send it to the OTLP/HTTP endpoint instead (draudit run serves POST /v1/logs, "
                         "Content-Type: application/x-protobuf), or export OTLP/JSON to a file and ingest that")
+
+
+def _real(path: str) -> str:
+    """``path`` resolved through symlinks (``stdin`` for ``-``), named as ``_source`` names: what
+    tells which files are one log stream (a ``/var/log/containers`` link to a pod's live log)."""
+    return _source(path if path == "-" else os.path.realpath(path))
+
+
+def _read_once(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``paths`` without a file given again (overlapping globs, a link to a file also given): each
+    is read once, with a warning — read twice, its records were duplicates and a CRI line it
+    leaves open was quarantined as never completed while its second reading completed it."""
+    seen: dict[str, str] = {}
+    kept = []
+    for path in paths:
+        real = _real(path)
+        if path != "-" and real in seen:
+            click.echo(f"draudit: warning: {path} is the file {seen[real]} given again: read once", err=True)
+            continue
+        seen.setdefault(real, path)
+        kept.append(path)
+    return tuple(kept)
 
 
 def _source(path: str) -> str:

@@ -239,6 +239,9 @@ class LineParser:
         self.max_depth = max_depth
         self.forced = None if forced in (None, "auto") else forced
         self._partials: dict[tuple[Any, ...], _Partial] = {}
+        # source → the log stream it belongs to, where its name does not tell (``rotation``): a live
+        # log named through a symlink (``/var/log/containers``) beside its rotated files
+        self.streams: dict[str, str] = {}
         self._last_source, self._last_source_pan = "", False
         self._decoder = Decoder(max_depth)
         self._line_without_escapes: str | None = None  # the line being parsed, once known to hold no \u or NUL
@@ -387,9 +390,13 @@ class LineParser:
         open are quarantined (``incomplete-partial``), unless ``continued`` — the next input is the
         next file of the same stream (``rotation.continues``), where their final chunk may be.
         Held on instead, an open partial kept every later chunk of the run out of the parse workers."""
-        stream = log_stream(source)
+        stream = self._stream(source)
         ended = [key for key in self._partials if key[0] == stream] if not continued else []
         return [self._incomplete(self._partials.pop(key)) for key in ended]
+
+    def _stream(self, source: str) -> str:
+        """The log stream of ``source``: as named in ``streams``, else by its name (``rotation.log_stream``)."""
+        return self.streams.get(source) or log_stream(source)
 
     def _incomplete(self, p: _Partial) -> Outcome:
         return self.reject(self._partial_text(p.raws, p.chunks, kind=p.env.kind),
@@ -521,7 +528,10 @@ class LineParser:
         pending = None
         if env.partial or self._partials:
             # by log stream, not file: a rotation between two chunks leaves them in two files (``rotation``)
-            key = (log_stream(source), env.kind, env.namespace, env.pod_name, env.container_name, env.stream)
+            # a CRI file is one container's log: its pod identity comes from the file's name, which
+            # differs between a live log named through a symlink and its rotated files
+            key = ((self._stream(source), env.kind, env.stream) if env.kind == "cri" else
+                   (self._stream(source), env.kind, env.namespace, env.pod_name, env.container_name, env.stream))
             pending = self._partials.get(key)
         if env.partial:
             if pending is None:
