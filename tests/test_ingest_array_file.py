@@ -314,6 +314,21 @@ def test_a_pretty_object_cut_off_by_the_end_of_the_file_is_one_unit(tmp_path, da
         assert s.execute(select(Quarantine.raw_text)).scalar_one() == objects[2][:-40]
 
 
+def test_a_pretty_object_missing_its_closing_brace_is_one_unit_and_the_next_keeps_its_number(tmp_path, database_url,
+                                                                                              sessions):
+    """Its lines were a junk row each (13 in a tester's file), and the objects after it were
+    numbered one short."""
+    objects = [json.dumps(json.loads(_ecs_line(f"PM-{i}")), indent=2) for i in range(1, 4)]
+    text = "\n".join([objects[0], objects[1][:-2], objects[2]]) + "\n"  # the 2nd lacks its closing "}"
+    path = tmp_path / "mid.json"
+    path.write_text(text, encoding="utf-8")
+    counts = _ingest(database_url, path)
+    assert counts == {"read": 3, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
+    stored, quarantined = _positions(sessions)
+    assert stored == [("object 1", "PM-1"), ("object 3", "PM-3")]
+    assert quarantined == [("object 2", "unparseable")]
+
+
 def test_pretty_printed_objects_after_a_text_line_are_still_one_unit_each(tmp_path, database_url, sessions):
     """A JVM warning before ``jq .`` output: only the first non-blank line was looked at, so every
     line of both objects was quarantined on its own (read 45, stored 0)."""

@@ -184,6 +184,12 @@ def test_an_evaluation_of_another_cluster_leaves_the_scoped_cluster_not_evaluate
         "observation coverage is missing: DeviceClass in prod-us-2 was not synced at any time in the period "
         "(section 2)"])
     assert "cluster prod-eu-1 was not evaluated at any time in the period" in text(both)
+    from collector.cli.report import _pack_warnings
+
+    assert _pack_warnings(both) == [
+        "policy evaluations covered only part of the period: cluster prod-eu-1 not at all, not evaluated "
+        "[2026-11-29T00:00:00Z, 2026-11-30T00:00:00Z) (section 8, data/policy_coverage.csv); run `draudit policy eval "
+        "--from … --to …` over those stretches and render the pack again"]
 
 
 def test_an_evaluation_beyond_the_period_is_clipped_and_one_cannot_cover_time_after_it_ran(sessions, tmp_path,

@@ -105,7 +105,8 @@ def _pack_warnings(result) -> list[str]:
     low = result.policy_partial
     if result.observed and result.bundles_evaluated and low is not None:
         stretches = ", ".join(f"[{a}, {b})" for a, b in low.not_evaluated) + (f" and {low.more} more" if low.more else "")
-        warnings.append(f"policy evaluations covered only part of the period: {low.where()} {share_text(low.share)} of it, "
+        covered = f"{share_text(low.share)} of it" if low.share > 0 else "not at all"  # another cluster was evaluated
+        warnings.append(f"policy evaluations covered only part of the period: {low.where()} {covered}, "
                         f"not evaluated {stretches} (section 8, data/policy_coverage.csv); run `draudit policy eval "
                         "--from … --to …` over those stretches and render the pack again")
     if result.not_attributed:

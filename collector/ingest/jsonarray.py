@@ -290,8 +290,8 @@ def pretty_units(body: bytes, max_object_bytes: int, first_line: int = 1) -> lis
     line number (from ``first_line``). A lone ``{`` whose object never closes that way (a broken
     object, an NDJSON line after it) is a line too, and reading goes on from the next line: one
     bad object, or text between the objects (NDJSON after a pretty-printed start-up block),
-    loses nothing after it. An object cut off by the end of ``body`` is one unit (its parse
-    quarantines it whole)."""
+    loses nothing after it. An object cut off by the end of ``body``, or by the next object's
+    lone ``{``, is one unit (its parse quarantines it whole)."""
     lines = body.split(b"\n")
     units: list[tuple[str, bytes]] = []
     objects = 0
@@ -306,12 +306,14 @@ def pretty_units(body: bytes, max_object_bytes: int, first_line: int = 1) -> lis
                 size += len(line) + 1
                 j += 1
             closed = j < len(lines) and lines[j].rstrip(_WHITESPACE) == b"}"
-            if (closed or j == len(lines)) and size <= max_object_bytes:
+            cut = j == len(lines) or (j > i + 1 and lines[j].strip(_WHITESPACE) == b"{")
+            if (closed or cut) and size <= max_object_bytes:
                 # closed, or cut off by the end of the input (a file still being written, a copy
-                # cut short): one unit either way, not a junk row per line of the cut object
+                # cut short) or by the next object's lone "{": one unit either way, not a junk
+                # row per line of the cut object; reading goes on at the next object
                 objects += 1
-                units.append((f"object {objects}", b"\n".join(lines[i:j + 1])))
-                i = j + 1
+                units.append((f"object {objects}", b"\n".join(lines[i:j + 1] if closed else lines[i:j])))
+                i = j + 1 if closed else j
                 continue
         units.append((str(first_line + i), lines[i]))
         i += 1
