@@ -193,15 +193,19 @@ class Skipped(Exception):
 def job_attribution(ctx: JobContext) -> str:
     """Incremental attribution: ``collector.lineage.attribute`` over records without lineage."""
     try:
-        from collector.lineage import attribute, pending_counts
+        from collector.lineage import attribute_run, pending_counts
     except ImportError as exc:
         raise Skipped(f"collector.lineage not available ({exc})") from None
     with ctx.sessions.begin() as session:
-        counts = attribute(session, clock_skew_s=ctx.settings.clock_skew_s, cluster=ctx.settings.cluster)
+        summary = attribute_run(session, clock_skew_s=ctx.settings.clock_skew_s, cluster=ctx.settings.cluster)
         pending = pending_counts(session, ctx.settings.clock_skew_s, cluster=ctx.settings.cluster)
     # What it left pending is said too: "exact 0" alone read as nothing to do while records waited.
     waiting = ", ".join(f"{k} {v}" for k, v in sorted(pending.items()) if v) or "none"
-    return "attributed " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; pending: {waiting}"
+    # New transactions apart from re-evaluated ones whose verdict changed (the counts by status hold both)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(summary.by_status.items()))
+    # pending first: `jobs list` cuts the line at 100 characters
+    return (f"attributed {summary.new} new; pending: {waiting}; {summary.revised} of {summary.revisited} "
+            f"re-evaluated changed; rows written: {statuses}")
 
 
 def job_policy(ctx: JobContext) -> str:
