@@ -198,6 +198,16 @@ def _covered_ns(from_ns: int, to_ns: int, evaluated_at_ns: int, scope: Scope) ->
     return max(0, min(to_ns, evaluated_at_ns, scope.to_ns) - max(from_ns, scope.from_ns))
 
 
+def _owner(row: Finding, named: set[str]) -> str | None:
+    """The cluster a finding is about: its own, or — stored by an evaluation of all clusters — the
+    one cluster its evidence and subjects name (several or none: None). So one incident stated by
+    an evaluation of its cluster and by one of all clusters is one row, not two, and two clusters'
+    incidents that an evaluation of all clusters stated alike (same claim names) stay two."""
+    if row.cluster is not None:
+        return row.cluster
+    return next(iter(named)) if len(named) == 1 else None
+
+
 def _best_evaluations(session: Session, scope: Scope) -> dict[tuple[str | None, str], tuple[int, int]]:
     """Per cluster (None: evaluations of all clusters) and bundle digest, ``(covered ns,
     evaluated_at ns)`` of the evaluation that decided the most of the pack's period (ties: the
@@ -222,7 +232,8 @@ def _overtaken(row: Finding, best: dict[tuple[str | None, str], tuple[int, int]]
     return row.from_ns is None and best.get((row.cluster, row.bundle_digest), mark) > mark
 
 
-def _incidents(widest: dict[str, Finding]) -> list[tuple[Finding, int | None, int | None, list[str]]]:
+def _incidents(widest: dict[str, Finding], owners: dict[int, str | None] | None = None
+               ) -> list[tuple[Finding, int | None, int | None, list[str]]]:
     """One incident per rule, cluster and subjects over overlapping or touching intervals:
     ``(row shown, from_ns, to_ns, decision keys merged)``, in ``widest``'s order of first key.
 
@@ -233,10 +244,12 @@ def _incidents(widest: dict[str, Finding]) -> list[tuple[Finding, int | None, in
     then match the interval shown); ``to_ns`` None (open) is the latest end.
     A finding without an interval (``from_ns`` None: about the whole period) is never merged.
     ``widest``: per decision key, the evaluation that stated the latest end (a window that ended
-    earlier states less of a gap that went on, not that it stopped; its text measures its own end)."""
+    earlier states less of a gap that went on, not that it stopped; its text measures its own end).
+    ``owners``: the cluster each row is about (``_owner``; default its own ``cluster``)."""
     groups: dict[str, list[tuple[str, Finding]]] = {}
     for key, row in widest.items():
-        subject = key if row.from_ns is None else finding_identity(row.rule, row.cluster, row.subjects, None, ANY_BUNDLE)
+        cluster = owners.get(row.id, row.cluster) if owners else row.cluster
+        subject = key if row.from_ns is None else finding_identity(row.rule, cluster, row.subjects, None, ANY_BUNDLE)
         groups.setdefault(subject, []).append((key, row))
     out: list[tuple[Finding, int | None, int | None, list[str]]] = []
     for members in groups.values():
@@ -276,12 +289,15 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     outside: set[str] = set()
     excluded: dict[str, set[str]] = {}
     found_by: dict[str, dict[tuple[str, str], list]] = {}  # key → (revision, digest) → [first, last evaluation, engine]
+    owners: dict[int, str | None] = {}
     for row in rows:
-        key = finding_identity(row.rule, row.cluster, row.subjects, row.from_ns, ANY_BUNDLE)
         clusters, namespaces = index.named(row.evidence)
-        if scope.clusters and row.cluster is None:
+        if row.cluster is None:
             subject_cluster = (row.subjects or {}).get("cluster") if isinstance(row.subjects, dict) else None
             clusters |= {subject_cluster} if isinstance(subject_cluster, str) else set()
+        owners[row.id] = owner = _owner(row, clusters)
+        key = finding_identity(row.rule, owner, row.subjects, row.from_ns, ANY_BUNDLE)
+        if scope.clusters and row.cluster is None:
             if not clusters:
                 excluded.setdefault(row.rule, set()).add(key)
                 continue
@@ -305,7 +321,7 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
     best = _best_evaluations(session, scope)
     for key in [k for k, row in widest.items() if _overtaken(row, best, scope)]:
         del widest[key]
-    for row, from_ns, to_ns, keys in _incidents(widest):
+    for row, from_ns, to_ns, keys in _incidents(widest, owners):
         by_bundle: dict[tuple[str, str], list] = {}
         for key in keys:
             for bundle, (first, last, engine) in found_by[key].items():
@@ -319,7 +335,7 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
                    sorted(by_bundle.items(), key=lambda kv: (kv[1][0], kv[0]))]
         out.findings.append({
             "rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
-            "cluster": row.cluster, "physical_gpu_uuid": row.physical_gpu_uuid,
+            "cluster": owners[row.id], "physical_gpu_uuid": row.physical_gpu_uuid,
             "from": ns_to_rfc3339(from_ns), "to": ns_to_rfc3339(to_ns), "from_ns": from_ns,
             "to_ns": to_ns, "subjects": row.subjects, "evidence": row.evidence,
             "bundle_revision": BUNDLE_SEPARATOR.join(b["revision"] for b in bundles),

@@ -322,3 +322,18 @@ def test_a_window_evaluated_whole_or_a_listing_without_window_gets_no_note(store
     # unbounded on one side: no window to cover, though nothing evaluated the next day
     res = _run("findings", "--database-url", store, "--from", "2026-11-29T12:00:00Z")
     assert res.exit_code == 0 and res.stderr == ""
+
+
+def test_an_incident_stated_by_an_evaluation_of_its_cluster_and_by_one_of_all_clusters_is_listed_once(store):
+    before = _list(store)
+    res = _run("policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]), "--database-url", store)
+    assert res.exit_code == 0, res.output
+    after = _list(store)
+    # the incidents of each cluster, stated again without a cluster, are the same rows under their cluster
+    incidents = [(r["rule"], r["cluster"], json.dumps(r["subjects"], sort_keys=True), r["from"]) for r in after]
+    assert len(incidents) == len(set(incidents))
+    assert {i for i in incidents if i[1] is not None} == {
+        (r["rule"], r["cluster"], json.dumps(r["subjects"], sort_keys=True), r["from"]) for r in before}
+    # what is about all clusters at once stays apart: the share of all transactions attributed exactly
+    assert [(r["rule"], r["subjects"]) for r in after if r["cluster"] is None] == [
+        ("attribution/exact-ratio", {"cluster": None})]
