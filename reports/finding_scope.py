@@ -198,6 +198,19 @@ def _covered_ns(from_ns: int, to_ns: int, evaluated_at_ns: int, scope: Scope) ->
     return max(0, min(to_ns, evaluated_at_ns, scope.to_ns) - max(from_ns, scope.from_ns))
 
 
+def _seen_until(row: Finding, from_ns: int | None, to_ns: int | None) -> int | None:
+    """For an incident still going on as far as the evaluation stating it could see, that instant
+    (else None): the end of its period, or when it ran if earlier (as ``reports.policy_coverage``
+    counts an evaluation). The policies cut an interval still open at the period's end
+    (``collector.policy.facts``), so an end at or past that instant is the evaluation's, not the
+    incident's: shown as an end, a sharing still going on read as ended when the scheduler ran —
+    in a pack, after the pack's own period (a newcomer's finding). ``to`` is then null, open."""
+    if from_ns is None:
+        return None
+    seen_ns = min(row.period_to_ns, dt_to_ns(row.evaluated_at))
+    return seen_ns if to_ns is None or to_ns >= seen_ns else None
+
+
 def _owner(row: Finding, named: set[str]) -> str | None:
     """The cluster a finding is about: its own, or — stored by an evaluation of all clusters — the
     one cluster its evidence and subjects name (several or none: None). So one incident stated by
@@ -333,11 +346,15 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
                     "evaluated_at": last.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
                    for (rev, digest), (_first, last, engine) in
                    sorted(by_bundle.items(), key=lambda kv: (kv[1][0], kv[0]))]
+        seen_ns = _seen_until(row, from_ns, to_ns)
+        if seen_ns is not None:
+            to_ns = None
         out.findings.append({
             "rule": row.rule, "severity": row.severity, "kind": row.kind, "message": row.message,
             "cluster": owners[row.id], "physical_gpu_uuid": row.physical_gpu_uuid,
             "from": ns_to_rfc3339(from_ns), "to": ns_to_rfc3339(to_ns), "from_ns": from_ns,
-            "to_ns": to_ns, "subjects": row.subjects, "evidence": row.evidence,
+            "to_ns": to_ns, "seen_until": ns_to_rfc3339(seen_ns), "seen_until_ns": seen_ns,
+            "subjects": row.subjects, "evidence": row.evidence,
             "bundle_revision": BUNDLE_SEPARATOR.join(b["revision"] for b in bundles),
             "bundle_digest": BUNDLE_SEPARATOR.join(b["digest"] for b in bundles), "bundles": bundles,
             "decided_by": {"revision": row.bundle_revision, "digest": row.bundle_digest}, "engine": row.engine,

@@ -206,6 +206,11 @@ def headline(finding: dict[str, Any], who: Sequence[dict[str, Any]], facts: Find
         if stop is not None:
             dur = duration_text(finding.get("from_ns"), stop)
             parts.append(f"from {finding['from']}{f' ({dur} observed)' if dur else ''}, {open_at_last_observation(stop)}")
+        elif finding.get("to") is None and finding.get("seen_until"):
+            # still going on as far as its evaluation could see (``finding_scope._seen_until``)
+            dur = duration_text(finding.get("from_ns"), finding.get("seen_until_ns"))
+            parts.append(f"from {finding['from']}{f' ({dur} observed)' if dur else ''}, still going on when last "
+                         f"evaluated, at {finding['seen_until']}")
         else:
             dur = duration_text(finding.get("from_ns"), finding.get("to_ns"))
             parts.append(f"from {finding['from']} to {finding.get('to') or 'the end of the period'}"

@@ -884,7 +884,7 @@ def stream(session: Session, population: Population, scope: Scope) -> Iterator[l
 
 FINDING_COLUMNS = (
     "rule", "severity", "kind", "message", "cluster", "physical_gpu_uuid", "from", "to", "from_ns", "to_ns",
-    "subjects", "evidence", "bundle_revision", "bundle_digest", "engine", "evaluated_at", "finding_key",
+    "seen_until", "seen_until_ns", "subjects", "evidence", "bundle_revision", "bundle_digest", "engine", "evaluated_at", "finding_key",
 )
 SEVERITY_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3, "info": 4}
 

@@ -11,7 +11,8 @@ Two statements the stored interval alone would get wrong:
 * An end the evaluation did not see. The policies clip an interval still going on (an allocation
   not released) to what the evaluation could see: its period's end, or when it ran if earlier. A
   finding whose end is there was still going on as far as its evaluation saw: listed as open
-  (``to`` null) with ``seen_until``, not as if it ended then (``_open_end``).
+  (``to`` null) with ``seen_until``, not as if it ended then (``reports.finding_scope._seen_until``,
+  as packs show it).
 * A window evaluated in part. With ``--from`` and ``--to``, the share of the window the policy
   evaluations covered is computed as packs compute it (``reports.policy_coverage``: evaluations cut
   at when they ran, the least evaluated cluster) and, when below 100 %, a note on stderr names the
@@ -34,7 +35,6 @@ _MIN_NS, _MAX_NS = -(2 ** 63), 2 ** 63 - 1
 _SUBJECT_ITEMS = 4  # values of one subject list shown in the table before "+N more" (JSON: all)
 JSON_KEYS = ("rule", "severity", "kind", "cluster", "subjects", "physical_gpu_uuid", "from", "to", "seen_until",
              "whole_period", "message", "bundle_revision", "bundle_digest", "last_evaluated_at", "finding_key")
-_KEY_BATCH = 500  # finding keys per IN (...) when reading the rows shown
 
 _HELP = """List the stored policy findings whose interval (or evaluation period, for a finding that has
 no interval of its own; an interval still open counts until its evaluation period's end) overlaps
@@ -128,7 +128,6 @@ def findings_cmd(from_: str | None, to: str | None, cluster: str | None, rule: s
         incidents = scoped_findings(session, scope).findings
         docs = [_doc(f) for f in incidents if (rule is None or f["rule"] == rule)
                 and (severity is None or f["severity"] == severity)]
-        _fill_periods(session, docs)
         evaluated = bool(scoped_evaluations(session, scope)) if not docs else True
         # a cluster warning already says that no evaluation covered it
         note = (_coverage_note(session, scope)
@@ -209,48 +208,19 @@ def _coverage_note(session, scope) -> str | None:
 
 def _doc(f: dict[str, Any]) -> dict[str, Any]:
     """A pack finding (``reports.finding_scope.scoped_findings``) → this command's row (``JSON_KEYS``,
-    plus ``from_ns``/``to_ns`` ints for ordering). ``last_evaluated_at``: the latest of the
-    evaluations of every bundle that found it (``bundles[*].evaluated_at``, ``%Y-%m-%dT%H:%M:%S.%fZ``)."""
+    plus ``from_ns``/``to_ns`` ints for ordering). A finding without an interval (``whole_period``)
+    takes the period of the evaluation shown as from/to; one still going on when evaluated is open
+    (``to`` null) with ``seen_until`` (``finding_scope._seen_until``). ``last_evaluated_at``: the
+    latest of the evaluations of every bundle that found it (``bundles[*].evaluated_at``,
+    ``%Y-%m-%dT%H:%M:%S.%fZ``)."""
+    whole = f["from_ns"] is None
+    from_ns, to_ns = (f["period_from_ns"], f["period_to_ns"]) if whole else (f["from_ns"], f["to_ns"])
     return {"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "cluster": f["cluster"],
-            "subjects": f["subjects"], "physical_gpu_uuid": f["physical_gpu_uuid"], "from": f["from"], "to": f["to"],
-            "seen_until": None, "whole_period": f["from_ns"] is None, "message": f["message"],
+            "subjects": f["subjects"], "physical_gpu_uuid": f["physical_gpu_uuid"], "from": ns_to_rfc3339(from_ns),
+            "to": ns_to_rfc3339(to_ns), "seen_until": f["seen_until"], "whole_period": whole, "message": f["message"],
             "bundle_revision": f["bundle_revision"], "bundle_digest": f["bundle_digest"],
             "last_evaluated_at": max([b["evaluated_at"] for b in f["bundles"]] or [f["evaluated_at"]]),
-            "finding_key": f["finding_key"], "from_ns": f["from_ns"], "to_ns": f["to_ns"]}
-
-
-def _fill_periods(session, docs: list[dict[str, Any]]) -> None:
-    """The evaluation of the row shown (``findings.period_from_ns``/``period_to_ns``/``evaluated_at``
-    by ``finding_key``) completes each doc: a finding without an interval (``whole_period``) takes
-    its period as from/to; one with an interval gets its open end (``_open_end``)."""
-    from sqlalchemy import select
-
-    from collector.store.models import Finding
-
-    keys = sorted({d["finding_key"] for d in docs})
-    periods: dict[str, tuple[int, int, int]] = {}
-    for i in range(0, len(keys), _KEY_BATCH):
-        periods.update({k: (a, b, dt_to_ns(at)) for k, a, b, at in session.execute(
-            select(Finding.finding_key, Finding.period_from_ns, Finding.period_to_ns, Finding.evaluated_at)
-            .where(Finding.finding_key.in_(keys[i:i + _KEY_BATCH])))})
-    for d in docs:
-        period_from, period_to, evaluated_at = periods[d["finding_key"]]
-        if d["whole_period"]:
-            d["from_ns"], d["to_ns"] = period_from, period_to
-            d["from"], d["to"] = ns_to_rfc3339(d["from_ns"]), ns_to_rfc3339(d["to_ns"])
-        else:
-            _open_end(d, min(period_to, evaluated_at))
-
-
-def _open_end(d: dict[str, Any], seen_ns: int) -> None:
-    """A finding with an interval whose end is at or past ``seen_ns`` — the end of what the
-    evaluation stating it could see: its period's end, or when it ran if earlier (as
-    ``reports.policy_coverage`` counts an evaluation) — or stored without an end, was still going on
-    then: the policies cut an interval still open at the period's end (``collector.policy.facts``,
-    ``_Clipper``), so that end is the evaluation's, not the incident's. ``to`` becomes null (open)
-    and ``seen_until`` that instant."""
-    if d["to_ns"] is None or d["to_ns"] >= seen_ns:
-        d["to_ns"], d["to"], d["seen_until"] = None, None, ns_to_rfc3339(seen_ns)
+            "finding_key": f["finding_key"], "from_ns": from_ns, "to_ns": to_ns}
 
 
 def _newest_first(d: dict[str, Any]) -> tuple:
