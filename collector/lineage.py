@@ -28,7 +28,11 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    and name resolve to at ``t`` (a line of gpu-node-a is not the same-name pod recreated on
    gpu-node-b), is ``unattributed`` / ``pod-identity-conflict``: the record contradicts itself
    (a uid copied from another pod's line, a shipper's stale metadata cache), so the uid is no
-   evidence of which pod logged and the chain stops there. A ``no-pod`` whose
+   evidence of which pod logged and the chain stops there. A conflict is decided by pod states
+   (the uid's own, those its namespace and name resolve to): when one of their bounds lies within
+   ``clock_skew_s`` of ``t`` — a same-name pod recreated, a line of the new pod 50 ms before the
+   watcher observed the old one's deletion — it is ``ambiguous`` / ``skew-window`` (step 6), never
+   the verdict of one instant. A ``no-pod`` whose
    key (uid, or namespace/name) has a pod state bound within ``clock_skew_s`` of ``t`` — logged just
    before the pod was first observed or just after its last observation — is ``ambiguous`` /
    ``skew-window`` instead (step 6): observation lags creation, so that is no evidence either way.
@@ -62,7 +66,8 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    ``[t, t + precision)`` in whole ns (log-formats.md §5.4), so a transition at ``b`` counts when
    ``t - skew <= b < t + precision + skew`` —; otherwise ``ambiguous`` with ``several-devices`` or
    ``skew-window``. A chain that broke is ``skew-window`` too when the level it broke at has a row
-   bound that close (``SKEWABLE_REASONS``): ``no-pod`` (the key's pod states, step 2), ``no-claim``
+   bound that close (``SKEWABLE_REASONS``): ``no-pod`` (the key's pod states, step 2),
+   ``pod-identity-conflict`` (the uid's pod states and those of the record's namespace/name), ``no-claim``
    (the pod's claim references for the containers that count), ``no-allocation`` (the episodes and
    reservations of the pod's claims valid at ``t``), ``no-device-record`` (the episode's bounds, which
    its chain used) — the watcher's observation lags the change, so "none at t" is no evidence then.
@@ -500,9 +505,16 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
                       _bound_above(near_bounds, P.c.t).label("near_hi")).select_from(
             P.join(ps_near, and_(ps_near.c.cluster == P.c.cluster, on))).where(P.c.in_gap == 0, *where)
 
+    # A pod-identity-conflict is decided by the same pod states (the uid's own, and those of the pods
+    # its namespace and name resolve to): a record within the tolerance of one of their bounds — a
+    # line of the new pod logged 50 ms before the watcher observed the old one's deletion — may
+    # mean the other side of it, where no contradiction holds, so those bounds count too.
+    named = and_(ps_near.c.namespace == P.c.pod_namespace, ps_near.c.name == P.c.pod_name)
+    conflicting = exists().where(podagg.c.pid == P.c.pid, podagg.c.conflict == 1)
     podnear = _nearest(union_all(
         near_of(ps_near.c.pod_uid == P.c.pod_uid, P.c.pod_uid.is_not(None)),
-        near_of(and_(ps_near.c.namespace == P.c.pod_namespace, ps_near.c.name == P.c.pod_name), P.c.pod_uid.is_(None)),
+        near_of(named, P.c.pod_uid.is_(None)),
+        near_of(named, P.c.pod_uid.is_not(None), conflicting),
     ), "podnear")
 
     # podone: points whose pod resolved to exactly one uid, with the container whose claims count.
@@ -697,7 +709,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         """The bounds of ``side`` the skew test reads: the chain's own, the coverage gaps', and where
         the chain broke (no pod, no claim, no allocation, no device record), the missing level's."""
         return [podagg.c[side], pathagg.c[side], gapnear.c[side],
-                case((podagg.c.pid.is_(None), podnear.c[side])), brokenear.c[side]]
+                case((or_(podagg.c.pid.is_(None), podagg.c.conflict == 1), podnear.c[side])), brokenear.c[side]]
 
     return select(
         P.c.pid,
@@ -720,7 +732,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     )
 
 
-SKEWABLE_REASONS = ("no-pod", "no-claim", "no-allocation", "no-device-record")
+SKEWABLE_REASONS = ("no-pod", "pod-identity-conflict", "no-claim", "no-allocation", "no-device-record")
 
 
 def _skewable(v: Any) -> ColumnElement[bool]:

@@ -107,3 +107,47 @@ def test_a_stale_uid_of_a_same_name_pod_is_a_conflict_naming_both_uids(hist):
     for doc in (computed, stored["S5-STALE-UID"], stored["S5-STALE-UID-HOST"]):
         assert (doc["status"], doc["reason"], doc["physical_gpu_uuid"], doc["pod"]["uid"]) == (*CONFLICT, None, first)
         assert doc["identity_conflict"] == [{"field": "uid", "record": first, "observed": second}]
+
+
+def test_a_conflict_within_the_tolerance_of_a_pod_recreation_is_a_skew_window(hist):
+    """p2_lag.py, p3_lag_node.py (F4): fraud-scorer-0 (U1, gpu-node-a) observed gone at +600 s, its
+    replacement U2 of the same name observed from +600.02 s (same node, or gpu-node-b). A line of U2
+    50 ms before U1's end as the watcher observed it — with U2's own uid, or without a uid naming
+    gpu-node-b — and a line of U1 50 ms after: the watcher's observation lags, and which pod held the
+    name then is within the tolerance (2 s) of the states compared: ``skew-window``, as before the
+    identity checks, never the verdict of one instant (``pod-identity-conflict``). Far from the
+    swap, the same contradictions stay conflicts."""
+    h = hist
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    h.gpu("gpu-node-b", "gpu-1", GPU_B)
+    gone, back = T0 + 600 * S, T0 + 600 * S + 20_000_000
+    u1, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0, gone)
+    same, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", back, T0 + 1200 * S)
+    moved, _ = single_gpu_pod(h, "fraud-scorer-0", "gpu-node-b", "gpu-1", T0 + 1200 * S + 20_000_000)
+    swap2 = T0 + 1200 * S
+    skew = ("ambiguous", "skew-window", None)
+    records = {
+        "U2 own uid early": h.record("P2-U2-EARLY", gone - 50_000_000, pod_uid=same, pod="fraud-scorer-0",
+                                     node="gpu-node-a"),
+        "U1 own uid late": h.record("P2-U1-LATE", back + 30_000_000, pod_uid=u1, pod="fraud-scorer-0",
+                                    node="gpu-node-a"),
+        "by name, new node, early": h.record("P3-U2-EARLY", swap2 - 50_000_000, pod="fraud-scorer-0",
+                                             node="gpu-node-b"),
+        "by name, old node, late": h.record("P3-U1-LATE", swap2 + 70_000_000, pod="fraud-scorer-0",
+                                            node="gpu-node-a"),
+        "stale uid far from the swap": h.record("STALE-FAR", T0 + 900 * S, pod_uid=u1, pod="fraud-scorer-0"),
+        "by name, wrong node far": h.record("NODE-FAR", T0 + 1500 * S, pod="fraud-scorer-0", node="gpu-node-a"),
+    }
+    computed = {d["transaction_id"]: d for d in trace(h.s, ["P2-U2-EARLY", "P3-U2-EARLY"], cluster=CLUSTER)}
+    got = _verdicts(h, records)
+    assert got == {"U2 own uid early": skew, "U1 own uid late": skew, "by name, new node, early": skew,
+                   "by name, old node, late": skew, "stale uid far from the swap": (*CONFLICT, None),
+                   "by name, wrong node far": (*CONFLICT, None)}
+    stored = {d["transaction_id"]: d for d in trace(h.s, ["P2-U2-EARLY", "P3-U2-EARLY"], cluster=CLUSTER)}
+    for docs in (computed, stored):
+        for txn in ("P2-U2-EARLY", "P3-U2-EARLY"):
+            assert (docs[txn]["status"], docs[txn]["reason"], docs[txn]["physical_gpu_uuid"]) == skew
+    # a tolerance below 50 ms: the instant's contradiction decides
+    attribute_run(h.s, all=True, cluster=CLUSTER, clock_skew_s=0.01, settle_s=0)
+    assert lineage_of(h.s, records["U2 own uid early"])["reason"] == "pod-identity-conflict"
+    assert verify_lineage(h.s).ok
