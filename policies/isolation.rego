@@ -33,7 +33,7 @@ sharing_mode(o) := "consumable-capacity shares (shareID) of one device" if {
 	o.same_device
 } else := "MIG partitions of one GPU" if {
 	mig_isolated(o)
-} else := "different devices of one physical GPU without MIG isolation"
+} else := "different devices of one physical GPU that are not both MIG partitions"
 
 # Strict mode (data.json strict_mig) refuses even MIG-isolated sharing between tenants.
 mig_sharing_class := {"severity": "high", "kind": "violation"} if {

@@ -198,17 +198,21 @@ EPISODE_COLUMNS = (
 def _device_state_at_episode(e, r):
     """Correlated subquery: the device record of result ``r`` in force when episode ``e`` began.
 
-    Prefers the latest record starting at or before the episode start; if the ResourceSlice was
-    observed only after the claim, the earliest record overlapping the episode.
+    Prefers the record valid at the episode start, of the highest pool generation when several
+    slices publish the device (then the latest), as attribution and the policy facts resolve it
+    (``collector.lineage``, ``collector.policy.facts``); if the ResourceSlice was observed only
+    after the claim, the earliest record overlapping the episode. A stale generation's record
+    published later put a pack's allocation on another GPU than its findings (a tester's finding).
     """
     d = aliased(DeviceState)
     same = and_(d.cluster == e.cluster, d.driver == r.driver, d.pool == r.pool, d.device == r.device)
     before = (select(d.id).where(same, d.valid_from_ns <= e.valid_from_ns,
                                  or_(d.valid_to_ns.is_(None), d.valid_to_ns > e.valid_from_ns))
-              .order_by(d.valid_from_ns.desc(), d.id.desc()).limit(1).correlate(e, r).scalar_subquery())
+              .order_by(d.pool_generation.desc(), d.valid_from_ns.desc(), d.id.desc()).limit(1)
+              .correlate(e, r).scalar_subquery())
     after = (select(d.id).where(same, d.valid_from_ns > e.valid_from_ns,
                                 d.valid_from_ns < func.coalesce(e.valid_to_ns, OPEN_END_NS))
-             .order_by(d.valid_from_ns, d.id).limit(1).correlate(e, r).scalar_subquery())
+             .order_by(d.valid_from_ns, d.pool_generation.desc(), d.id).limit(1).correlate(e, r).scalar_subquery())
     return func.coalesce(before, after)
 
 

@@ -83,6 +83,7 @@ class SharingSegment:
     devices: tuple[str, ...]
     partitioned: bool
     open_at_last_observation: bool = False
+    same_device: bool = False  # two claims held one device (not only different devices of one GPU)
 
     @property
     def cross_tenant(self) -> bool:
@@ -92,7 +93,9 @@ class SharingSegment:
     def mode(self) -> str:
         if self.partitioned:
             return "MIG-partitioned"
-        return "shared device (no hardware partitioning)"
+        if self.same_device:
+            return "shared device (no hardware partitioning)"
+        return "different devices of one GPU (no hardware partitioning)"  # e.g. a MIG partition beside the whole GPU
 
     def row(self) -> dict:
         return {"physical_gpu_uuid": self.physical_gpu_uuid, "node_name": self.node_name,
@@ -135,15 +138,15 @@ def sharing_segments(bars: Sequence[Bar], period_from_ns: int, period_to_ns: int
                     current = None
                 continue
             devices = [b.device_key for b in active]
-            partitioned = all(b.is_mig for b in active) and len(set(devices)) == len(devices) and \
-                all(len({x.claim_uid for x in active if x.device_key == d}) == 1 for d in devices)
+            same_device = any(len({x.claim_uid for x in active if x.device_key == d}) > 1 for d in set(devices))
+            partitioned = all(b.is_mig for b in active) and len(set(devices)) == len(devices) and not same_device
             seg = SharingSegment(gpu, active[0].node_name, s, e,
                                  tuple(sorted({f"{b.namespace}/{b.claim_name}" for b in active})),
                                  tuple(sorted({b.tenant for b in active})), tuple(sorted(set(devices))), partitioned,
-                                 any(b.stopped_at_ns == e for b in active))
+                                 any(b.stopped_at_ns == e for b in active), same_device)
             if current and current.to_ns == s and (current.claims, current.devices) == (seg.claims, seg.devices):
                 current = SharingSegment(gpu, current.node_name, current.from_ns, e, seg.claims, seg.tenants,
-                                         seg.devices, seg.partitioned, seg.open_at_last_observation)
+                                         seg.devices, seg.partitioned, seg.open_at_last_observation, seg.same_device)
             else:
                 if current:
                     out.append(current)

@@ -107,6 +107,11 @@ def test_sharing_segments_tell_mig_partitioning_from_shared_devices():
         ("GPU-A", 40, 50, ("risk",), False),
         ("GPU-B", 10, 20, ("marketing", "risk"), True),
     ]
+    # a MIG partition beside the whole GPU is no shared device: the mode says which it is
+    whole_and_part = [_bar("GPU-D", "gpu-0", "risk", "c8", 0, 10), _bar("GPU-D", "mig-2", "marketing", "c9", 0, 10, mig=True)]
+    assert [s.mode for s in sharing_segments(bars + whole_and_part, 0, 100 * S)] == [
+        "shared device (no hardware partitioning)", "shared device (no hardware partitioning)", "MIG-partitioned",
+        "different devices of one GPU (no hardware partitioning)"]
     svg = timeline_svgs(bars + [_bar("GPU-<x>", "d", "t&t", "c9", 0, 1)], 0, 100 * S, lanes_per_chart=2)
     assert len(svg) == 2 and "GPU-&lt;x&gt;" in "".join(svg) and "t&amp;t" in "".join(svg)
     assert 'stroke-dasharray="2,1"' in svg[1] and 'stroke-dasharray' not in svg[0]  # MIG drawn distinctly
