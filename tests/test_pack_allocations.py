@@ -1,6 +1,7 @@
-"""A pack puts an allocation on the GPU of its device as allocated — the record of the highest
-pool generation when several slices publish the device — as attribution and the policy facts do,
-so its sharing intervals agree with its findings. SQLite and PostgreSQL."""
+"""What a pack says about an allocation agrees with the policies and attribution: it puts an
+allocation on the GPU of its device as allocated — the record of the highest pool generation when
+several slices publish the device — so its sharing intervals agree with its findings; and a sharing
+still going on when the policies evaluated it is open, not ended then. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -38,3 +39,26 @@ def test_a_stale_generation_s_record_published_later_does_not_move_an_allocation
     assert episodes == {"fraud-g": gpu_uuid("N2"), "kyc-g": gpu_uuid("N2")}
     sharing = records(pack.path / "data" / "sharing.json")
     assert [row["physical_gpu_uuid"] for row in sharing] == [gpu_uuid("N2")]
+
+
+def test_a_sharing_still_going_on_when_evaluated_is_open_in_the_pack_not_ended_when_the_evaluation_ran(sessions,
+                                                                                                        tmp_path):
+    """The scheduler evaluates the day so far: a sharing still going on is cut at its run. The pack
+    for the hours before showed it ended then — after the pack's own period (a newcomer's finding)."""
+    with sessions.begin() as s:
+        h = History(s)
+        for kind in ("Pod", "ResourceClaim", "ResourceSlice", "DeviceClass"):
+            h.watch(kind, "synced", -2 * H)
+        h.device("node-s", "gpu-0", gpu_uuid("S0"), allow_multiple=True)
+        h.allocation("risk-inference", "fraud-s", "node-s", "gpu-0", 1 * H, None)
+        h.allocation("kyc-docs", "kyc-s", "node-s", "gpu-0", 2 * H, None)
+    engine = RegorusEngine()
+    engine.load_bundle(BUNDLE)
+    evaluate_period(sessions, BUNDLE, engine, at(0), at(24 * H), "prod-eu-1", now_ns=at(10 * H))
+    pack = render_pack(sessions, PackRequest(ns_to_dt(at(0)), ns_to_dt(at(5 * H)), ("prod-eu-1",)), tmp_path / "pack",
+                       pdf=False, record=False)
+    [sharing] = [f for f in records(pack.path / "data" / "findings.json") if f["rule"] == "isolation/cross-tenant-sharing"]
+    assert (sharing["from"], sharing["to"], sharing["seen_until"]) == ("2026-11-29T02:00:00Z", None, "2026-11-29T10:00:00Z")
+    html = (pack.path / "index.html").read_text()
+    assert "still going on when last evaluated, at 2026-11-29T10:00:00Z" in html
+    assert "to 2026-11-29T10:00:00Z" not in html
