@@ -59,7 +59,20 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    gives the physical GPU — ``physical_gpu_uuid``, falling back to ``parent_uuid`` then ``uuid``
    (a MIG device's parent, dra-api.md §6.3) —, product, MIG profile, node and, in ``trace``, the
    co-tenants (the consumers of episodes valid at ``t`` whose device as allocated is on that GPU).
-   No device record with a GPU identity in the episode's lifetime: ``no-device-record``.
+   The watcher orders the claim and slice streams only as it received them (watch-semantics.md §9:
+   no ordering between watch streams), so the allocation's real instant is known within the
+   tolerance only: every record of the device valid at some instant of
+   ``[episode start - clock_skew_s, episode start + clock_skew_s]`` (within the episode, and not
+   hidden over all of its part of that window by a record of a higher pool generation,
+   ``_window_candidate``) is a candidate. Candidates on the one physical GPU of the record as
+   allocated change nothing (its record gives the columns); records of other GPUs make the
+   result's candidates several: ``ambiguous`` / ``several-devices`` with ``candidates`` counting
+   the GPUs — a slice republished with another UUID 40 ms before or after the claim was ``exact``
+   on whichever the watcher ordered first. An instant of the window without any record is no
+   candidate of its own: the scheduler allocates from a published slice, so it is a lag or a
+   deletion, and the records around it are the candidates; when the record as allocated is none
+   (deleted just before the claim's first sighting), a window candidate gives the device.
+   No device record with a GPU identity in the episode's lifetime nor in that window: ``no-device-record``.
 6. **status** — ``exact`` when exactly one physical GPU results, every served result has a device
    record and no transition used (pod state, claim ref, episode and consumer interval bounds,
    coverage gap edges; not a device record's: it is fixed for its episode) lies within ``clock_skew_s`` of an instant the record may mean —
@@ -324,6 +337,27 @@ def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None) -> C
     ).correlate_except(b))
 
 
+def _window_candidate(dw: Any, ar: Any, ae: Any, cluster: ColumnElement, lo: ColumnElement,
+                      hi: ColumnElement) -> ColumnElement[bool]:
+    """``dw`` (an alias of ``device_states``) is a record of result ``ar``'s device that episode ``ae``
+    may have been allocated under (module docstring, step 5): valid at some instant of the window
+    ``[lo, hi]`` around the episode's start (``hi`` exclusive of the episode's end), and not hidden
+    there by a higher pool generation — no record of a higher generation is valid over all of its
+    part of the window (a record partly hidden stays a candidate: more candidates, never a guess).
+    One probe of ``ix_device_states_key`` per record of the device near the episode's start."""
+    b = DS.alias(f"{dw.name}h")
+    part_from = _Greatest(dw.c.valid_from_ns, lo)
+    part_to = _Least(func.coalesce(dw.c.valid_to_ns, POS_INF_NS), hi + 1)
+    return and_(
+        dw.c.cluster == cluster, dw.c.driver == ar.c.driver, dw.c.pool == ar.c.pool, dw.c.device == ar.c.device,
+        dw.c.valid_from_ns <= hi, or_(dw.c.valid_to_ns.is_(None), dw.c.valid_to_ns > lo),
+        or_(ae.c.valid_to_ns.is_(None), dw.c.valid_from_ns < ae.c.valid_to_ns),
+        ~exists().where(b.c.cluster == dw.c.cluster, b.c.driver == dw.c.driver, b.c.pool == dw.c.pool,
+                        b.c.device == dw.c.device, b.c.pool_generation > dw.c.pool_generation,
+                        b.c.valid_from_ns <= part_from,
+                        or_(b.c.valid_to_ns.is_(None), b.c.valid_to_ns >= part_to)).correlate_except(b))
+
+
 def _bound_below(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnElement[int]:
     """The latest non-NULL bound ``<= t`` (``NEG_INF_NS`` if none)."""
     return _Greatest(*[func.coalesce(case((b <= t, b)), NEG_INF_NS) for b in bounds])
@@ -428,12 +462,13 @@ def _gap_edges() -> Select:
 # --------------------------------------------------------------------------------------------
 
 
-def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Select:
+def _verdicts(points: Any, serving_containers: Mapping[str, str] | None, skew_ns: int) -> Select:
     """The attribution rule (module docstring, steps 1–6 but the skew test) at each point.
 
     ``points`` has the columns ``pid`` (unique), ``t`` (ns), ``cluster``, ``pod_uid``,
     ``pod_namespace``, ``pod_name``, ``container_name``, ``node_name`` (the record's; NULL when
-    unknown) and ``in_gap`` (``_in_gap``: 0 covered, 1 gap, 2 unknown cluster).
+    unknown) and ``in_gap`` (``_in_gap``: 0 covered, 1 gap, 2 unknown cluster). ``skew_ns``: the
+    tolerance, which widens the instant of an allocation into a window (step 5).
 
     Returns:
         A SELECT of ``pid``, ``VERDICT_COLUMNS`` (``status`` not yet downgraded to
@@ -554,6 +589,9 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     ).distinct().cte("claimreq")
 
     # The allocation chain, left-joined so that the counts show where it breaks.
+    DW = DS.alias("dw")
+    ds_gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
+    w_gpu = func.coalesce(DW.c.physical_gpu_uuid, DW.c.parent_uuid, DW.c.uuid)
     base = AR.c.request
     ref = claimreq.c.ref_request
     request_matches = or_(ref == "", base == ref, func.substr(base, 1, func.length(ref) + 1) == ref + "/")
@@ -569,11 +607,23 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         .outerjoin(AR, and_(AR.c.episode_id == AE.c.id, AR.c.admin_access == False, request_matches))  # noqa: E712
         # the device as allocated: its record when the episode began, not at t (step 5)
         .outerjoin(DS, _as_allocated(DS, AR, AE, claimreq.c.cluster))
+        # and the records of other GPUs it may have been allocated under: the watcher orders the
+        # claim and slice streams within the tolerance only (step 5); none when there is no such
+        # record (the usual case: one row per result still)
+        .outerjoin(DW, and_(_window_candidate(DW, AR, AE, claimreq.c.cluster, AE.c.valid_from_ns - skew_ns,
+                                              AE.c.valid_from_ns + skew_ns),
+                            or_(DS.c.id.is_(None), w_gpu != ds_gpu)))
     )
-    gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
+
+    def dev(col: str) -> ColumnElement:
+        """A result's device record: as allocated, else (none in the episode) a window candidate."""
+        return case((DS.c.id.is_not(None), DS.c[col]), else_=DW.c[col])
+
+    gpu = func.coalesce(dev("physical_gpu_uuid"), dev("parent_uuid"), dev("uuid"))
     is_gpu = gpu.is_not(None)
+    no_record = and_(DS.c.id.is_(None), DW.c.id.is_(None))
     # results that may have served the transaction: GPUs and results without a device record
-    served = and_(AR.c.id.is_not(None), or_(is_gpu, DS.c.id.is_(None)))
+    served = and_(AR.c.id.is_not(None), or_(is_gpu, no_record))
     bounds = [claimreq.c.ref_from, claimreq.c.ref_to, AE.c.valid_from_ns, AE.c.valid_to_ns,
               case((AE.c.id.is_not(None), CC.c.valid_from_ns)), case((AE.c.id.is_not(None), CC.c.valid_to_ns))]
 
@@ -588,18 +638,20 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
         claimreq.c.pid,
         AR.c.id.label("result_id"),
         served_only(gpu).label("gpu"),
-        served_only(case((DS.c.id.is_(None), AR.c.id))).label("unresolved_id"),
+        # another GPU the result may have been allocated (beside the one as allocated)
+        served_only(case((DS.c.id.is_not(None), w_gpu))).label("other_gpu"),
+        served_only(case((no_record, AR.c.id))).label("unresolved_id"),
         _bound_below(bounds, claimreq.c.t).label("near_lo"),
         _bound_above(bounds, claimreq.c.t).label("near_hi"),
         gpu_only(AR.c.driver + "/" + AR.c.pool + "/" + AR.c.device).label("device_key"),
         gpu_only(AR.c.driver).label("driver"),
         gpu_only(AR.c.pool).label("pool"),
         gpu_only(AR.c.device).label("device"),
-        gpu_only(DS.c.uuid).label("device_uuid"),
-        gpu_only(DS.c.id).label("device_state_id"),
-        gpu_only(DS.c.product_name).label("product_name"),
-        gpu_only(DS.c.profile).label("mig_profile"),
-        gpu_only(DS.c.node_name).label("device_node"),
+        gpu_only(dev("uuid")).label("device_uuid"),
+        gpu_only(dev("id")).label("device_state_id"),
+        gpu_only(dev("product_name")).label("product_name"),
+        gpu_only(dev("profile")).label("mig_profile"),
+        gpu_only(dev("node_name")).label("device_node"),
         served_only(AR.c.request).label("request"),
         served_only(AE.c.id).label("episode_id"),
         served_only(AE.c.claim_uid).label("claim_uid"),
@@ -616,8 +668,11 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None) -> Sele
     ).select_from(P.join(edges, edges.c.cluster == P.c.cluster)).where(P.c.in_gap == 0).group_by(P.c.pid).cte("gapnear")
 
     # candidates: the distinct GPUs and the served results without a device record, per point.
-    cand = select(paths.c.pid, paths.c.gpu, paths.c.unresolved_id).where(
-        or_(paths.c.gpu.is_not(None), paths.c.unresolved_id.is_not(None))).distinct().subquery("cand")
+    cand = union(
+        select(paths.c.pid, paths.c.gpu, paths.c.unresolved_id).where(
+            or_(paths.c.gpu.is_not(None), paths.c.unresolved_id.is_not(None))),
+        select(paths.c.pid, paths.c.other_gpu, cast(null(), BigInteger)).where(paths.c.other_gpu.is_not(None)),
+    ).subquery("cand")
     candagg = select(cand.c.pid, func.count().label("n_candidates"), func.count(cand.c.gpu).label("n_gpus")
                      ).group_by(cand.c.pid).cte("candagg")
 
@@ -806,7 +861,7 @@ def lineage_select(
     if record_ids is not None:
         points_q = points_q.where(R.c.id.in_(list(record_ids)))
     points = points_q.cte("points")
-    v = _verdicts(points, serving_containers).cte("verdicts")
+    v = _verdicts(points, serving_containers, skew_ns).cte("verdicts")
     return select(
         v.c.pid.label("record_id"),
         *_lineage_row(v, _skewed(v, R.c.event_time_ns, R.c.event_time_precision_ns, skew_ns), attributed_at, None),
@@ -1015,7 +1070,7 @@ class _Run:
         points = _segment_points()
         self.s.execute(insert(T_POINTS).from_select([c.name for c in points.selected_columns], points))
         self._analyze(T_POINTS)
-        v = _verdicts(T_POINTS, self.serving).subquery("v")
+        v = _verdicts(T_POINTS, self.serving, self.skew_ns).subquery("v")
         P = T_POINTS
         # _skewed's two comparisons, solved for t once per segment instead of once per record
         skew_until = case((_skewable(v), v.c.near_lo + self.skew_ns), else_=NEG_INF_NS)

@@ -139,3 +139,50 @@ def test_trace_statement_stays_short_enough_for_psycopg_to_cache():
     from collector.lineage import _TRACE
 
     assert len(str(_TRACE.compile(dialect=postgresql.dialect(paramstyle="pyformat")))) < 4096
+
+
+def test_a_device_record_change_within_the_tolerance_of_the_allocation_is_not_ordered_by_the_watcher(hist):
+    """breaker-attr2 n3_flip.py, n1_near.py, n4_del.py (F1): the watcher orders the ResourceClaim and
+    ResourceSlice streams as it happened to receive them (watch-semantics.md §9), so a change of the
+    device's record 40 ms before or after the allocation's first sighting cannot be ordered against
+    it. gpu-0 republished GPU_A -> NEW (gen 2) 40 ms before (slice first) or after (claim first) the
+    claim: both records are candidates, ``ambiguous``/``several-devices`` with 2 candidates, in
+    either order — it was ``exact`` on whichever the watcher ordered first. A record deleted 40 ms
+    before or after, none after: the only record the allocation can have been made from (a deleted
+    slice allocates nothing), ``exact`` on it in either order — it was ``no-device-record`` slice
+    first. Republished with the same UUID: the GPU as now, on the record as allocated."""
+    h = hist
+    s = T0 + 100 * S
+    flips, dels = {}, {}
+    for i, (order, change) in enumerate((("slice-first", s - 40_000_000), ("claim-first", s + 40_000_000))):
+        node = f"gpu-node-{i}"
+        h.gpu(node, "gpu-0", GPU_A, T0 - 3600 * S, change, generation=1)
+        h.gpu(node, "gpu-0", NEW, change, generation=2)
+        uid, _ = single_gpu_pod(h, f"flip-{order}", node, "gpu-0", s)
+        flips[order] = h.record(f"N3-{order}", s + 60 * S, pod_uid=uid)
+        dnode = f"gpu-node-d{i}"
+        h.gpu(dnode, "gpu-0", GPU_B, T0 - 3600 * S, change)
+        uid, _ = single_gpu_pod(h, f"del-{order}", dnode, "gpu-0", s)
+        dels[order] = h.record(f"N4-{order}", s + 60 * S, pod_uid=uid)
+    kept = h.gpu("gpu-node-s", "gpu-0", GPU_A, T0 - 3600 * S, s + 40_000_000, generation=1)
+    h.gpu("gpu-node-s", "gpu-0", GPU_A, s + 40_000_000, generation=2)
+    uid, _ = single_gpu_pod(h, "same-uuid", "gpu-node-s", "gpu-0", s)
+    same = h.record("N-SAME", s + 60 * S, pod_uid=uid)
+    computed = {o: _computed_trace(h, f"N3-{o}") for o in flips}
+
+    rows = _rule_agrees(h)
+    for order, rec in flips.items():
+        assert rows[rec][1:4] == ("ambiguous", "several-devices", 2) and rows[rec][6] is None, order
+        [stored] = trace(h.s, [f"N3-{order}"], cluster=CLUSTER)
+        for doc in (computed[order], stored):
+            assert (doc["status"], doc["reason"], doc["candidates"], doc["physical_gpu_uuid"]) == (
+                "ambiguous", "several-devices", 2, None)
+    for order, rec in dels.items():
+        assert rows[rec][1:4] == ("exact", None, 1) and rows[rec][6] == GPU_B, order
+    assert rows[same][1:3] == ("exact", None) and rows[same][6] == GPU_A and rows[same][8] == kept
+    # a tolerance below 40 ms orders them
+    attribute_run(h.s, all=True, cluster=CLUSTER, clock_skew_s=0.01, settle_s=0)
+    got = {o: h.s.execute(select(Lineage.status, Lineage.physical_gpu_uuid).where(Lineage.record_id == r)).one()
+           for o, r in flips.items()}
+    assert got == {"slice-first": ("exact", NEW), "claim-first": ("exact", GPU_A)}
+    assert verify_lineage(h.s).ok
