@@ -28,6 +28,12 @@ def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_p
     assert ingest.exit_code == 0, ingest.output
     assert f"the quarantined lines: draudit quarantine --source {path}" in ingest.output
 
+    # several inputs: the hint names one that had lines refused, not the first (which had none)
+    clean = tmp_path / "clean.log"
+    clean.write_text(LINES[0] + "\n")
+    several = _run("ingest", str(clean), str(path), "--database-url", database_url)
+    assert f"the quarantined lines: draudit quarantine --source {path} --database-url" in several.output
+
     out = _run("quarantine", "--database-url", database_url, "--source", str(path), "--output", "json")
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)

@@ -97,11 +97,13 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             click.echo(line)
         click.echo(f"  run {run.run_id}")
         if counts.quarantined:
-            sources = [_source(p) for p in paths]
-            shown = f"--source {shlex.quote(sources[0])}"  # one word the user can paste
+            # an input that had lines refused (the first input may have none): one word the user can paste
+            refused = list(run.quarantined_sources) or [_source(paths[0])]
+            shown = f"--source {shlex.quote(refused[0])}"
             if database_url:  # the store the user named, not the default one
                 shown += f" --database-url {shlex.quote(shown_url(database_url))}"
-            click.echo(f"  the quarantined lines: draudit quarantine {shown}" + (" (and the other inputs)" if len(sources) > 1 else ""))
+            others = f" (and {len(refused) - 1} other input(s): --source each)" if len(refused) > 1 else ""
+            click.echo(f"  the quarantined lines: draudit quarantine {shown}{others}")
     unwatched = _unwatched_cluster(sessions, settings.cluster) if counts.stored else None
     if unwatched:
         click.echo(f"draudit: warning: cluster {settings.cluster!r} has no watch history in this store (watched: "

@@ -49,7 +49,8 @@ def _build_watcher(settings, sessions, api_server):
 @click.option("--exit-when-synced", is_flag=True, help="Exit 0 once every kind is listed and committed (for scripts).")
 @click.option("--sync-timeout-s", default=120.0, show_default=True, help="With --exit-when-synced: give up after this long (exit 1).")
 def watch_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, database_url, exit_when_synced, sync_timeout_s) -> None:
-    """List-watch ResourceClaims, ResourceSlices, DeviceClasses and Pods (those using DRA) into the store."""
+    """List-watch ResourceClaims, ResourceSlices, DeviceClasses and Pods (every pod: one without a claim
+    makes its transactions no-claim, not no-pod) into the store."""
     settings = settings_from(database_url=database_url, kubeconfig=kubeconfig, kube_context=kube_context, cluster=cluster,
                              leader_elect=leader_elect)
     _engine, sessions = open_store(settings)

@@ -313,6 +313,7 @@ class IngestRun:
             commit_units = DEFAULT_COMMIT_UNITS if sqlite else batch_size
         self.commit_units = max(batch_size, commit_units)
         self.counts = IngestCounts()
+        self.quarantined_sources: Counter = Counter()  # source → units refused from it (the CLI's hint)
         self._pending: list[Outcome] = []
         self._pan_reported = 0
 
@@ -323,6 +324,7 @@ class IngestRun:
             self.counts.read += 1
             if o.reason:
                 self.counts.reasons[o.reason.split(":", 1)[0]] += 1
+                self.quarantined_sources[o.source] += 1
             self._pending.append(o)
         if not self.one_transaction and len(self._pending) >= self.commit_units:
             self._write(self._pending)

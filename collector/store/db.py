@@ -144,9 +144,12 @@ def check_connection(engine: Engine) -> None:
     except OperationalError as exc:
         where = shown_url(engine.url)
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise UserError(
-            f"cannot connect to database {where}: {reason} — start the database or fix DRAUDIT_DATABASE_URL / --database-url"
-        ) from None
+        if engine.dialect.name == "postgresql" and f'database "{engine.url.database}" does not exist' in reason:
+            fix = (f"create it (createdb {engine.url.database}, or CREATE DATABASE) or fix DRAUDIT_DATABASE_URL / "
+                   "--database-url, then `draudit db upgrade`")
+        else:
+            fix = "start the database or fix DRAUDIT_DATABASE_URL / --database-url"
+        raise UserError(f"cannot connect to database {where}: {reason} — {fix}") from None
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
