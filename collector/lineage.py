@@ -64,7 +64,10 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    tolerance only: every record of the device valid at some instant of
    ``[episode start - clock_skew_s, episode start + clock_skew_s]`` (within the episode, and not
    hidden over all of its part of that window by a record of a higher pool generation,
-   ``_window_candidate``) is a candidate. Candidates on the one physical GPU of the record as
+   ``_window_candidate``) is a candidate. An episode first seen within the tolerance after its
+   ResourceClaim watch (re)synced — in the first listing after a coverage gap — was allocated at
+   an unknown time inside the gap: its window begins where that kind's previous synced coverage
+   ended (before any: at the beginning of the history), ``_window_from``. Candidates on the one physical GPU of the record as
    allocated change nothing (its record gives the columns); records of other GPUs make the
    result's candidates several: ``ambiguous`` / ``several-devices`` with ``candidates`` counting
    the GPUs — a slice republished with another UUID 40 ms before or after the claim was ``exact``
@@ -358,6 +361,26 @@ def _window_candidate(dw: Any, ar: Any, ae: Any, cluster: ColumnElement, lo: Col
                         or_(b.c.valid_to_ns.is_(None), b.c.valid_to_ns >= part_to)).correlate_except(b))
 
 
+def _window_from(cluster: ColumnElement, start: ColumnElement, skew_ns: int) -> ColumnElement[int]:
+    """Where the allocation window of an episode first seen at ``start`` begins (step 5):
+    ``start - skew``, or, when the ResourceClaim watch (re)synced within ``skew`` before ``start``
+    (the episode was in its first listing after a gap or before any watch), the end of that kind's
+    previous synced coverage — the allocation happened at an unknown time since then —,
+    ``NEG_INF_NS`` when there was none."""
+    ci, ws = CI.alias("wci"), WS.alias("wws")
+    rc = literal_column("'ResourceClaim'")
+    resumed = func.coalesce(
+        select(func.max(ci.c.started_ns)).where(ci.c.cluster == cluster, ci.c.kind == rc, ci.c.state == "synced",
+                                                ci.c.started_ns <= start, start < ci.c.ended_ns).scalar_subquery(),
+        select(func.max(ws.c.state_since_ns)).where(ws.c.cluster == cluster, ws.c.kind == rc, ws.c.state == "synced",
+                                                    ws.c.state_since_ns <= start).scalar_subquery())
+    ci2 = CI.alias("wcp")
+    before = func.coalesce(
+        select(func.max(ci2.c.ended_ns)).where(ci2.c.cluster == cluster, ci2.c.kind == rc, ci2.c.state == "synced",
+                                               ci2.c.ended_ns <= resumed).scalar_subquery(), NEG_INF_NS)
+    return case((resumed >= start - skew_ns, _Least(start - skew_ns, before)), else_=start - skew_ns)
+
+
 def _bound_below(bounds: Sequence[ColumnElement], t: ColumnElement) -> ColumnElement[int]:
     """The latest non-NULL bound ``<= t`` (``NEG_INF_NS`` if none)."""
     return _Greatest(*[func.coalesce(case((b <= t, b)), NEG_INF_NS) for b in bounds])
@@ -610,7 +633,8 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None, skew_ns
         # and the records of other GPUs it may have been allocated under: the watcher orders the
         # claim and slice streams within the tolerance only (step 5); none when there is no such
         # record (the usual case: one row per result still)
-        .outerjoin(DW, and_(_window_candidate(DW, AR, AE, claimreq.c.cluster, AE.c.valid_from_ns - skew_ns,
+        .outerjoin(DW, and_(_window_candidate(DW, AR, AE, claimreq.c.cluster,
+                                              _window_from(claimreq.c.cluster, AE.c.valid_from_ns, skew_ns),
                                               AE.c.valid_from_ns + skew_ns),
                             or_(DS.c.id.is_(None), w_gpu != ds_gpu)))
     )

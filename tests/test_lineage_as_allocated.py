@@ -186,3 +186,31 @@ def test_a_device_record_change_within_the_tolerance_of_the_allocation_is_not_or
            for o, r in flips.items()}
     assert got == {"slice-first": ("exact", NEW), "claim-first": ("exact", GPU_A)}
     assert verify_lineage(h.s).ok
+
+
+def test_an_allocation_first_seen_after_a_coverage_gap_has_every_record_since_the_gap_as_candidate(hist):
+    """breaker-attr2 g1_gap.py (F2): the collector was down over [+100 s, +110 s) (the ResourceSlice
+    watch back at +103 s); meanwhile the claim was allocated gpu-0 (then GPU_A) and a driver upgrade
+    republished the pool (gpu-0 = NEW, from +103 s as the watcher saw it). The episode is first seen
+    in the ResourceClaim watch's first listing after the gap, +110.001 s: the allocation happened at
+    an unknown time in the gap, so every record of gpu-0 valid since the gap began is a candidate —
+    ``several-devices``, not ``exact`` on NEW (which hid a sharing of GPU_A). An allocation first
+    seen 40 s after the gap is dated by the watcher: exact on NEW."""
+    h = hist
+    h.gap("ResourceClaim", T0 + 100 * S, T0 + 110 * S)
+    h.gap("ResourceSlice", T0 + 100 * S, T0 + 103 * S)
+    h.gap("Pod", T0 + 100 * S, T0 + 110 * S)
+    h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 - 3600 * S, T0 + 103 * S, generation=1)
+    h.gpu("gpu-node-a", "gpu-0", NEW, T0 + 103 * S, generation=2)
+    in_gap, _ = single_gpu_pod(h, "p1", "gpu-node-a", "gpu-0", T0 + 110 * S + 1_000_000)
+    later, _ = single_gpu_pod(h, "p2", "gpu-node-a", "gpu-0", T0 + 150 * S)
+    rec = h.record("G1-P1", T0 + 200 * S, pod_uid=in_gap, pod="p1")
+    ctl = h.record("G1-LATER", T0 + 200 * S, pod_uid=later, pod="p2")
+    computed = _computed_trace(h, "G1-P1")
+
+    rows = _rule_agrees(h)
+    assert rows[rec][1:4] == ("ambiguous", "several-devices", 2) and rows[rec][6] is None
+    assert rows[ctl][1:3] == ("exact", None) and rows[ctl][6] == NEW
+    [stored] = trace(h.s, ["G1-P1"], cluster=CLUSTER)
+    for doc in (computed, stored):
+        assert (doc["status"], doc["reason"], doc["candidates"]) == ("ambiguous", "several-devices", 2)
