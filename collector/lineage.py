@@ -52,7 +52,12 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    and keep the UUIDs; the slice can change or vanish later): the ``device_states`` row of
    (cluster, driver, pool, device) valid when the episode became valid (its ``valid_from_ns``), or,
    when none was (a slice observed a moment after the claim), the first row of that device after
-   it within the episode's lifetime; the highest pool generation when several slices publish it
+   it within the episode's lifetime that started within ``clock_skew_s`` of the episode's start
+   (or, when the ResourceSlice watch was not synced then, of that watch's first synced instant
+   after it: ``_window_to``) — a record first seen later says nothing of the UUID the device had
+   when allocated (a slice republished with another UUID seconds or hours later made earlier
+   transactions exact on it), so the episode's transactions are then ``no-device-record``, before
+   and after that record appeared; the highest pool generation when several slices publish it
    then (``_as_allocated``). Not the row valid at ``t``: a kubelet restart or a driver upgrade
    deletes a node's ResourceSlices while its claims stay allocated and pods keep running, and a
    slice republished with another UUID for the device does not move what was allocated. That row
@@ -75,7 +80,7 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    candidate of its own: the scheduler allocates from a published slice, so it is a lag or a
    deletion, and the records around it are the candidates; when the record as allocated is none
    (deleted just before the claim's first sighting), a window candidate gives the device.
-   No device record with a GPU identity in the episode's lifetime nor in that window: ``no-device-record``.
+   No device record with a GPU identity in that window: ``no-device-record``.
 6. **status** — ``exact`` when exactly one physical GPU results, every served result has a device
    record and no transition used (pod state, claim ref, episode and consumer interval bounds,
    coverage gap edges; not a device record's: it is fixed for its episode) lies within ``clock_skew_s`` of an instant the record may mean —
@@ -308,7 +313,8 @@ def _valid_at(table: Any, t: ColumnElement) -> ColumnElement[bool]:
     return and_(table.c.valid_from_ns <= t, or_(table.c.valid_to_ns.is_(None), t < table.c.valid_to_ns))
 
 
-def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None) -> ColumnElement[bool]:
+def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None,
+                  until: ColumnElement | None = None) -> ColumnElement[bool]:
     """``ds`` (``device_states`` or an alias) is the device record of result ``ar`` of episode ``ae``
     as of its allocation (module docstring, step 5): a record of the result's device valid when the
     episode became valid (``valid_from_ns``), else, when none was (a slice observed a moment after
@@ -316,6 +322,10 @@ def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None) -> C
     such records, the highest pool generation (several of those: each counts, as candidates).
     ``cluster``: the cluster of the device; None when the caller joins ``ds`` to ``ar``'s device in
     it already (``trace``: the condition is part of its one statement's text, kept short).
+    ``until``: the latest start of a record the fallback may take (``_window_to``: the tolerance
+    after the episode's start); None: any within the episode (``trace``'s co-tenants, which do not
+    know a row's tolerance: an episode's pods may be listed on a GPU its own attribution left
+    without a device record — more co-tenants, never fewer).
 
     Records later than that one — a slice republished with other attributes, deleted while the
     allocation holds (kubelet restart, driver upgrade) — do not change what was allocated
@@ -331,6 +341,8 @@ def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None) -> C
     own = in_episode(ds) if cluster is None else and_(
         ds.c.cluster == cluster, ds.c.driver == ar.c.driver, ds.c.pool == ar.c.pool, ds.c.device == ar.c.device,
         in_episode(ds))
+    if until is not None:
+        own = and_(own, ds.c.valid_from_ns <= until)
     # b precedes ds: an earlier effective start, or the same and a higher generation — as row values,
     # (b_start, ds generation) < (start, b generation). correlate_except: nested in another EXISTS
     # (trace), the outer tables must stay the outer query's.
@@ -359,6 +371,28 @@ def _window_candidate(dw: Any, ar: Any, ae: Any, cluster: ColumnElement, lo: Col
                         b.c.device == dw.c.device, b.c.pool_generation > dw.c.pool_generation,
                         b.c.valid_from_ns <= part_from,
                         or_(b.c.valid_to_ns.is_(None), b.c.valid_to_ns >= part_to)).correlate_except(b))
+
+
+def _window_to(cluster: ColumnElement, start: ColumnElement, skew_ns: int) -> ColumnElement[int]:
+    """Where the allocation window of an episode first seen at ``start`` ends (step 5): ``start +
+    skew``; when the ResourceSlice watch was not synced at ``start`` (it had not listed the slices
+    yet: the watcher starting, or a gap of that kind), its first synced instant after ``start``, plus
+    ``skew`` — a record first observed then is the device's record of that time."""
+    ci, ws = CI.alias("tci"), WS.alias("tws")
+    rs = literal_column("'ResourceSlice'")
+    synced = or_(
+        exists().where(ci.c.cluster == cluster, ci.c.kind == rs, ci.c.state == "synced", ci.c.started_ns <= start,
+                       start < ci.c.ended_ns),
+        exists().where(ws.c.cluster == cluster, ws.c.kind == rs, ws.c.state == "synced", ws.c.state_since_ns <= start))
+    ci2, ws2 = CI.alias("tcn"), WS.alias("twn")
+    resync = _Least(
+        func.coalesce(select(func.min(ci2.c.started_ns)).where(
+            ci2.c.cluster == cluster, ci2.c.kind == rs, ci2.c.state == "synced", ci2.c.started_ns > start
+        ).scalar_subquery(), POS_INF_NS),
+        func.coalesce(select(func.min(ws2.c.state_since_ns)).where(
+            ws2.c.cluster == cluster, ws2.c.kind == rs, ws2.c.state == "synced", ws2.c.state_since_ns > start
+        ).scalar_subquery(), POS_INF_NS))
+    return case((or_(synced, resync == POS_INF_NS), start + skew_ns), else_=resync + skew_ns)
 
 
 def _window_from(cluster: ColumnElement, start: ColumnElement, skew_ns: int) -> ColumnElement[int]:
@@ -613,6 +647,7 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None, skew_ns
 
     # The allocation chain, left-joined so that the counts show where it breaks.
     DW = DS.alias("dw")
+    window_to = _window_to(claimreq.c.cluster, AE.c.valid_from_ns, skew_ns)
     ds_gpu = func.coalesce(DS.c.physical_gpu_uuid, DS.c.parent_uuid, DS.c.uuid)
     w_gpu = func.coalesce(DW.c.physical_gpu_uuid, DW.c.parent_uuid, DW.c.uuid)
     base = AR.c.request
@@ -629,13 +664,13 @@ def _verdicts(points: Any, serving_containers: Mapping[str, str] | None, skew_ns
                             or_(_valid_at(CC, claimreq.c.t), AE.c.owner_pod_uid == claimreq.c.pod_uid)))
         .outerjoin(AR, and_(AR.c.episode_id == AE.c.id, AR.c.admin_access == False, request_matches))  # noqa: E712
         # the device as allocated: its record when the episode began, not at t (step 5)
-        .outerjoin(DS, _as_allocated(DS, AR, AE, claimreq.c.cluster))
+        .outerjoin(DS, _as_allocated(DS, AR, AE, claimreq.c.cluster, window_to))
         # and the records of other GPUs it may have been allocated under: the watcher orders the
         # claim and slice streams within the tolerance only (step 5); none when there is no such
         # record (the usual case: one row per result still)
         .outerjoin(DW, and_(_window_candidate(DW, AR, AE, claimreq.c.cluster,
                                               _window_from(claimreq.c.cluster, AE.c.valid_from_ns, skew_ns),
-                                              AE.c.valid_from_ns + skew_ns),
+                                              window_to),
                             or_(DS.c.id.is_(None), w_gpu != ds_gpu)))
     )
 

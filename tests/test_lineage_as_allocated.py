@@ -214,3 +214,37 @@ def test_an_allocation_first_seen_after_a_coverage_gap_has_every_record_since_th
     [stored] = trace(h.s, ["G1-P1"], cluster=CLUSTER)
     for doc in (computed, stored):
         assert (doc["status"], doc["reason"], doc["candidates"]) == ("ambiguous", "several-devices", 2)
+
+
+def test_a_record_appearing_later_than_the_tolerance_after_the_allocation_names_no_device(hist):
+    """breaker-attr2 n5_late.py (F3): gpu-0's slice gone before the claim (+300 s), republished with
+    NEW 4 s after it: the fallback "first record within the episode" made every transaction exact
+    on NEW, also those before NEW existed. A record is the device as allocated only if it appeared
+    within the tolerance (2 s) of the allocation — beyond, the allocation's transactions are
+    ``no-device-record`` (which UUID the device had when allocated is unknown). One appearing 1.5 s
+    after is still the device's. A slice first listed when its watch resynced after a gap of the
+    ResourceSlice watch (+100..+105 s) around the allocation (+100 s) is the record of that time."""
+    h = hist
+    h.gap("ResourceSlice", T0 + 90 * S, T0 + 105 * S)
+    s = T0 + 300 * S
+    h.gpu("gpu-node-a", "gpu-0", GPU_A, T0 - 3600 * S, T0 + 250 * S)
+    h.gpu("gpu-node-a", "gpu-0", NEW, s + 4 * S, generation=2)
+    late, _ = single_gpu_pod(h, "late-4s", "gpu-node-a", "gpu-0", s)
+    h.gpu("gpu-node-b", "gpu-1", GPU_B, s + 1_500_000_000)
+    near, _ = single_gpu_pod(h, "late-1-5s", "gpu-node-b", "gpu-1", s)
+    h.gpu("gpu-node-c", "gpu-2", GPU_A, T0 + 105 * S)
+    resync, _ = single_gpu_pod(h, "slice-gap", "gpu-node-c", "gpu-2", T0 + 100 * S)
+    recs = {"before NEW": h.record("N5-BEFORE", s + 3 * S, pod_uid=late),
+            "after NEW": h.record("N5-AFTER", s + 60 * S, pod_uid=late),
+            "1.5 s": h.record("N5-NEAR", s + 60 * S, pod_uid=near),
+            "slice watch resync": h.record("N5-RESYNC", s + 60 * S, pod_uid=resync)}
+    computed = _computed_trace(h, "N5-BEFORE")
+
+    rows = _rule_agrees(h)
+    got = {k: (rows[r][1], rows[r][2], rows[r][6]) for k, r in recs.items()}
+    assert got == {"before NEW": ("unattributed", "no-device-record", None),
+                   "after NEW": ("unattributed", "no-device-record", None),
+                   "1.5 s": ("exact", None, GPU_B), "slice watch resync": ("exact", None, GPU_A)}
+    [stored] = trace(h.s, ["N5-BEFORE"], cluster=CLUSTER)
+    for doc in (computed, stored):
+        assert (doc["status"], doc["reason"], doc["physical_gpu_uuid"]) == ("unattributed", "no-device-record", None)
