@@ -298,35 +298,26 @@ def test_a_broken_pretty_object_loses_nothing_after_it(tmp_path, database_url, s
     assert quarantined == [("object 1", "unparseable")]
 
 
-def test_a_pretty_object_cut_off_by_the_end_of_the_file_is_one_unit(tmp_path, database_url, sessions):
-    """``jq .`` output copied while still being written: the last object stops mid-string. It was
-    one junk quarantine row per line of it (8 here); it is one unit, its raw text the whole cut object."""
-    objects = [json.dumps(json.loads(_ecs_line(f"PC-{i}")), indent=2) for i in range(1, 4)]
-    text = "\n".join(objects)[:-40]
-    path = tmp_path / "cut.json"
+@pytest.mark.parametrize("broken", ["cut-at-the-end", "unclosed-mid-file"])
+def test_a_broken_pretty_object_is_one_unit_and_the_next_keeps_its_number(tmp_path, database_url, sessions, broken):
+    """``jq .`` output copied while still being written (the last object stops mid-string), or an
+    object missing its closing brace before the next one: each of its lines was a junk quarantine
+    row (8 and 13 in testers' files), and the objects after it were numbered one short. It is one
+    unit, its raw text the whole broken object."""
+    objects = [json.dumps(json.loads(_ecs_line(f"PB-{i}")), indent=2) for i in range(1, 4)]
+    if broken == "cut-at-the-end":
+        text, bad, shown = "\n".join(objects)[:-40], 3, objects[2][:-40]
+    else:
+        text, bad, shown = "\n".join([objects[0], objects[1][:-2], objects[2]]) + "\n", 2, objects[1][:-2]
+    path = tmp_path / "pretty.json"
     path.write_text(text, encoding="utf-8")
     counts = _ingest(database_url, path)
     assert counts == {"read": 3, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
     stored, quarantined = _positions(sessions)
-    assert stored == [("object 1", "PC-1"), ("object 2", "PC-2")]
-    assert quarantined == [("object 3", "unparseable")]
+    assert stored == [(f"object {i}", f"PB-{i}") for i in (1, 2, 3) if i != bad]
+    assert quarantined == [(f"object {bad}", "unparseable")]
     with sessions() as s:
-        assert s.execute(select(Quarantine.raw_text)).scalar_one() == objects[2][:-40]
-
-
-def test_a_pretty_object_missing_its_closing_brace_is_one_unit_and_the_next_keeps_its_number(tmp_path, database_url,
-                                                                                              sessions):
-    """Its lines were a junk row each (13 in a tester's file), and the objects after it were
-    numbered one short."""
-    objects = [json.dumps(json.loads(_ecs_line(f"PM-{i}")), indent=2) for i in range(1, 4)]
-    text = "\n".join([objects[0], objects[1][:-2], objects[2]]) + "\n"  # the 2nd lacks its closing "}"
-    path = tmp_path / "mid.json"
-    path.write_text(text, encoding="utf-8")
-    counts = _ingest(database_url, path)
-    assert counts == {"read": 3, "stored": 2, "duplicates": 0, "conflicts": 0, "quarantined": 1, "pan_masked": 0}
-    stored, quarantined = _positions(sessions)
-    assert stored == [("object 1", "PM-1"), ("object 3", "PM-3")]
-    assert quarantined == [("object 2", "unparseable")]
+        assert s.execute(select(Quarantine.raw_text)).scalar_one() == shown
 
 
 def test_pretty_printed_objects_after_a_text_line_are_still_one_unit_each(tmp_path, database_url, sessions):

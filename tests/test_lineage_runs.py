@@ -103,6 +103,15 @@ def watcher_alive_until(h: History, t_ns: int) -> None:
     h.s.execute(update(WatchState).where(WatchState.cluster == CLUSTER).values(updated_at=ns_to_dt(t_ns)))
 
 
+def live_scorer(h: History) -> None:
+    """A covered history with pod fraud-scorer-0 on gpu-0 (GPU_A) of gpu-node-a from T0, the watcher
+    live until T0 + 100 s."""
+    h.covered()
+    h.gpu("gpu-node-a", "gpu-0", GPU_A)
+    single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
+    watcher_alive_until(h, T0 + 100 * S)
+
+
 def test_late_history_is_picked_up_inside_the_settle_window(hist):
     h = hist
     h.gpu("gpu-node-a", "gpu-0", GPU_A)
@@ -315,10 +324,7 @@ def test_cli_attribute_says_how_many_transactions_wait_for_the_live_watchers_his
     monkeypatch.setenv("DRAUDIT_CLUSTER", CLUSTER)
     with sessions.begin() as session:
         h = History(session)
-        h.covered()
-        h.gpu("gpu-node-a", "gpu-0", GPU_A)
-        single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
-        watcher_alive_until(h, T0 + 100 * S)
+        live_scorer(h)
         h.record("txn-old", T0 + 50 * S, pod="fraud-scorer-0")
         h.record("txn-new", T0 + 99 * S, pod="fraud-scorer-0")
     res = CliRunner().invoke(cli, ["attribute", "--database-url", database_url])

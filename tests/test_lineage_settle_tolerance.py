@@ -18,7 +18,7 @@ from collector.store.models import Lineage
 from tests.test_lineage import (  # noqa: F401 - hist is a fixture
     CLUSTER, GPU_A, S, T0, History, hist, lineage_of, single_gpu_pod,
 )
-from tests.test_lineage_runs import watcher_alive_until
+from tests.test_lineage_runs import live_scorer, watcher_alive_until
 
 
 def _rows(h) -> dict[int, tuple]:
@@ -64,10 +64,7 @@ def test_cli_counts_new_transactions_apart_from_re_evaluated_ones(sessions, data
     monkeypatch.setenv("DRAUDIT_CLUSTER", CLUSTER)
     with sessions.begin() as session:
         h = History(session)
-        h.covered()
-        h.gpu("gpu-node-a", "gpu-0", GPU_A)
-        single_gpu_pod(h, "fraud-scorer-0", "gpu-node-a", "gpu-0", T0)
-        watcher_alive_until(h, T0 + 100 * S)
+        live_scorer(h)
         for i in range(4):
             h.record(f"txn-near-{i}", T0 + (3 + i) * S, pod="fraud-scorer-0")
     runner = CliRunner()
