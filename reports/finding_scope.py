@@ -221,28 +221,46 @@ def _owner(row: Finding, named: set[str]) -> str | None:
     return next(iter(named)) if len(named) == 1 else None
 
 
-def _best_evaluations(session: Session, scope: Scope) -> dict[tuple[str | None, str], tuple[int, int]]:
-    """Per cluster (None: evaluations of all clusters) and bundle digest, ``(covered ns,
-    evaluated_at ns)`` of the evaluation that decided the most of the pack's period (ties: the
-    later), whatever it found."""
-    best: dict[tuple[str | None, str], tuple[int, int]] = {}
+def _decided(from_ns: int, to_ns: int, evaluated_at_ns: int) -> tuple[int, int]:
+    """The span an evaluation of ``[from_ns, to_ns)`` run at ``evaluated_at_ns`` decided: its period
+    up to when it ran (``reports.policy_coverage``)."""
+    return from_ns, min(to_ns, evaluated_at_ns)
+
+
+Evaluations = dict[tuple[str | None, str], list[tuple[int, int, int]]]
+
+
+def _evaluations_by_bundle(session: Session, scope: Scope) -> Evaluations:
+    """Per cluster (None: evaluations of all clusters) and bundle digest, the evaluations in scope
+    as ``(period_from_ns, period_to_ns, evaluated_at_ns)``."""
+    out: Evaluations = {}
     for e in scoped_evaluations(session, scope):
-        mark = (_covered_ns(e["period_from_ns"], e["period_to_ns"], e["evaluated_at_ns"], scope), e["evaluated_at_ns"])
-        key = (e["cluster"], e["bundle_digest"])
-        if mark >= best.get(key, (-1, -1)):
-            best[key] = mark
-    return best
+        out.setdefault((e["cluster"], e["bundle_digest"]), []).append(
+            (e["period_from_ns"], e["period_to_ns"], e["evaluated_at_ns"]))
+    return out
 
 
-def _overtaken(row: Finding, best: dict[tuple[str | None, str], tuple[int, int]], scope: Scope) -> bool:
-    """A finding about its whole evaluation period that a later or wider evaluation of its cluster
-    by the same bundle did not state again: that evaluation decided more of the pack's period (or
-    as much, later) and found it fine. Shown, a 3-second window's "215 of 228 below 0.99" stood
-    for a period whose whole evaluation found no such thing (a tester's finding). Another bundle
-    (revision) may not have the rule at all: its silence overrides nothing."""
+def _overtaken(row: Finding, evaluations: Evaluations, scope: Scope) -> bool:
+    """A finding about its whole evaluation period that another evaluation of its cluster by the
+    same bundle decided over again and did not state: one that decided all the finding's
+    evaluation decided, and more of the pack's period (or as much, later). Shown, a 3-second
+    window's "215 of 228 below 0.99" stood for a period whose whole evaluation found no such thing
+    (a tester's finding). Not overtaken: by an evaluation of the same period (a re-run: a finding is
+    stored once, under its first run, so a re-run's silence cannot be told from a repeat — taken for
+    silence, every re-run hid it), by a window that did not decide the finding's own stretch, nor
+    by another bundle (revision), which may not have the rule at all."""
+    if row.from_ns is not None:
+        return False
     at_ns = dt_to_ns(row.evaluated_at)
+    lo, hi = _decided(row.period_from_ns, row.period_to_ns, at_ns)
     mark = (_covered_ns(row.period_from_ns, row.period_to_ns, at_ns, scope), at_ns)
-    return row.from_ns is None and best.get((row.cluster, row.bundle_digest), mark) > mark
+    for e_from, e_to, e_at in evaluations.get((row.cluster, row.bundle_digest), []):
+        e_lo, e_hi = _decided(e_from, e_to, e_at)
+        if (e_from, e_to) == (row.period_from_ns, row.period_to_ns) or e_lo > lo or e_hi < hi:
+            continue
+        if (_covered_ns(e_from, e_to, e_at, scope), e_at) > mark:
+            return True
+    return False
 
 
 def _incidents(widest: dict[str, Finding], owners: dict[int, str | None] | None = None
@@ -331,8 +349,8 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
             seen[1:] = [row.evaluated_at, row.engine]
     out.cluster_wide, out.outside_namespaces = len(wide), len(outside)
     out.excluded = {rule: len(keys) for rule, keys in excluded.items()}
-    best = _best_evaluations(session, scope)
-    for key in [k for k, row in widest.items() if _overtaken(row, best, scope)]:
+    evaluations = _evaluations_by_bundle(session, scope)
+    for key in [k for k, row in widest.items() if _overtaken(row, evaluations, scope)]:
         del widest[key]
     for row, from_ns, to_ns, keys in _incidents(widest, owners):
         by_bundle: dict[tuple[str, str], list] = {}

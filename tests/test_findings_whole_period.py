@@ -57,3 +57,29 @@ def test_a_short_window_statement_does_not_stand_for_a_period_evaluated_whole_an
         ("2026-11-29T10:00:15Z", "2026-11-29T10:00:18Z", "215 of 228 transactions attributed exactly")]
     evaluate("2026-11-29T00:00:00Z", "2026-11-30T00:00:00Z")  # the day again, later still: it overrides
     assert _listed(database_url, "2026-11-29T10:00:15Z", "2026-11-29T10:00:18Z") == []
+
+
+def test_a_re_run_or_another_window_does_not_hide_a_whole_period_statement(database_url, sessions, tmp_path,
+                                                                           monkeypatch):
+    """A re-run of the same evaluation stores no new finding row (findings are stored once, under
+    their first run): taken for silence, every scheduled re-run hid the statement. A wider window
+    elsewhere did not decide the statement's stretch: it overrides nothing (a tester's findings)."""
+    monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
+    with sessions.begin() as s:
+        plant_history(s)
+    bundle = tmp_path / "custom"
+    bundle.mkdir()
+    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
+    (bundle / "custom.rego").write_text(SHORT_WINDOW_REGO)
+
+    def evaluate(frm: str, to: str) -> None:
+        _run("policy", "eval", "--from", frm, "--to", to, "--cluster", "prod-eu-1", "--bundle", str(bundle),
+             "--database-url", database_url)
+
+    short = ("2026-11-29T10:00:15Z", "2026-11-29T10:00:18Z")
+    evaluate(*short)
+    evaluate(*short)  # the same evaluation again
+    stated = [(*short, "215 of 228 transactions attributed exactly")]
+    assert _listed(database_url, *short) == stated
+    evaluate("2026-11-29T09:00:00Z", "2026-11-29T10:00:00Z")  # an hour before it: clean, and wider
+    assert _listed(database_url, "2026-11-29T00:00:00Z", "2026-11-30T00:00:00Z") == stated
