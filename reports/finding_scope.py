@@ -35,7 +35,7 @@ from typing import Any, Iterable
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from collector.policy.findings import finding_identity
+from collector.policy.findings import finding_identity, seen_until_ns
 from collector.store.models import (AllocationEpisode, AllocationResult, CoverageInterval, Finding, InferenceRecord,
                                      PolicyEvaluation,
                                     Lineage)
@@ -198,19 +198,6 @@ def _covered_ns(from_ns: int, to_ns: int, evaluated_at_ns: int, scope: Scope) ->
     return max(0, min(to_ns, evaluated_at_ns, scope.to_ns) - max(from_ns, scope.from_ns))
 
 
-def _seen_until(row: Finding, from_ns: int | None, to_ns: int | None) -> int | None:
-    """For an incident still going on as far as the evaluation stating it could see, that instant
-    (else None): the end of its period, or when it ran if earlier (as ``reports.policy_coverage``
-    counts an evaluation). The policies cut an interval still open at the period's end
-    (``collector.policy.facts``), so an end at or past that instant is the evaluation's, not the
-    incident's: shown as an end, a sharing still going on read as ended when the scheduler ran —
-    in a pack, after the pack's own period (a newcomer's finding). ``to`` is then null, open."""
-    if from_ns is None:
-        return None
-    seen_ns = min(row.period_to_ns, dt_to_ns(row.evaluated_at))
-    return seen_ns if to_ns is None or to_ns >= seen_ns else None
-
-
 def _owner(row: Finding, named: set[str]) -> str | None:
     """The cluster a finding is about: its own, or — stored by an evaluation of all clusters — the
     one cluster its evidence and subjects name (several or none: None). So one incident stated by
@@ -364,7 +351,9 @@ def scoped_findings(session: Session, scope: Scope) -> ScopedFindings:
                     "evaluated_at": last.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
                    for (rev, digest), (_first, last, engine) in
                    sorted(by_bundle.items(), key=lambda kv: (kv[1][0], kv[0]))]
-        seen_ns = _seen_until(row, from_ns, to_ns)
+        # still going on as far as its evaluation saw: open, "seen until" (a sharing going on read as
+        # ended at the scheduler's run, after the pack's own period: a newcomer's finding)
+        seen_ns = seen_until_ns(from_ns, to_ns, row.period_to_ns, row.evaluated_at)
         if seen_ns is not None:
             to_ns = None
         out.findings.append({

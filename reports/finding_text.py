@@ -282,10 +282,23 @@ def describe(findings: Iterable[dict[str, Any]], facts: FindingFacts,
         who = parties(f, facts, tenant_of)
         out.append({**f, "parties": who, "headline": headline(f, who, facts), "subject_rows": subject_rows(f["subjects"]),
                     "evidence_rows": evidence_rows(f["evidence"], facts),
-                    "duration": duration_text(f.get("from_ns"), _stop_within(f, facts) or f.get("to_ns")),
-                    "open_note": open_at_last_observation(stop) if (stop := _stop_within(f, facts)) else None,
+                    "duration": duration_text(f.get("from_ns"),
+                                              _stop_within(f, facts) or f.get("to_ns") or f.get("seen_until_ns")),
+                    "open_note": _open_note(f, facts),
                     "start_note": unobserved_start(f, facts)})
     return out
+
+
+def _open_note(finding: dict[str, Any], facts: FindingFacts) -> str | None:
+    """How the pack says that the finding's interval had not ended: it runs past the collector's
+    last observation, or it was still going on when the evaluation stating it ran
+    (``seen_until``, ``reports.finding_scope``); None when it ended."""
+    stop = _stop_within(finding, facts)
+    if stop is not None:
+        return open_at_last_observation(stop)
+    if finding.get("to") is None and finding.get("seen_until"):
+        return f"still going on when last evaluated, at {finding['seen_until']}"
+    return None
 
 
 # How long after a blind interval's end a first observation still counts as made at that end: the

@@ -910,7 +910,9 @@ def served_during(session: Session, scope: pop.Scope, findings: list[dict[str, A
         served = None
         if (k < FINDING_DETAIL_LIMIT and f.get("physical_gpu_uuid") and f.get("from_ns") is not None
                 and _names_two_tenants(f)):
-            end = min(v for v in (f.get("to_ns"), scope.to_ns, stops.get(f.get("cluster"))) if v is not None)
+            # an interval still going on counts what was observed: up to when its evaluation ran
+            known_end = f.get("to_ns") if f.get("to_ns") is not None else f.get("seen_until_ns")
+            end = min(v for v in (known_end, scope.to_ns, stops.get(f.get("cluster"))) if v is not None)
             served = session.execute(select(func.count()).select_from(i).join(l, l.record_id == i.id).where(
                 pop.lineage_filter(scope), l.physical_gpu_uuid == f["physical_gpu_uuid"],
                 i.event_time_ns >= max(f["from_ns"], scope.from_ns), i.event_time_ns < end)).scalar_one()

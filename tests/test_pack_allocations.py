@@ -5,6 +5,7 @@ still going on when the policies evaluated it is open, not ended then. SQLite an
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from collector.policy.bundle import load_bundle
@@ -59,6 +60,10 @@ def test_a_sharing_still_going_on_when_evaluated_is_open_in_the_pack_not_ended_w
                        pdf=False, record=False)
     [sharing] = [f for f in records(pack.path / "data" / "findings.json") if f["rule"] == "isolation/cross-tenant-sharing"]
     assert (sharing["from"], sharing["to"], sharing["seen_until"]) == ("2026-11-29T02:00:00Z", None, "2026-11-29T10:00:00Z")
-    html = (pack.path / "index.html").read_text()
-    assert "still going on when last evaluated, at 2026-11-29T10:00:00Z" in html
-    assert "to 2026-11-29T10:00:00Z" not in html
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (pack.path / "index.html").read_text()))
+    assert ("from 2026-11-29T02:00:00Z (8 h 00 min observed), still going on when last evaluated, at "
+            "2026-11-29T10:00:00Z.") in text
+    assert "to 2026-11-29T10:00:00Z" not in text
+    # the interval row: open, with what was observed of it (from 02:00 to the evaluation at 10:00)
+    assert ("Interval (UTC) 2026-11-29T02:00:00Z, still going on when last evaluated, at 2026-11-29T10:00:00Z "
+            "(8 h 00 min observed)") in text

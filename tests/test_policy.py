@@ -237,6 +237,16 @@ def test_cli_eval_prints_findings_as_one_json_array(database_url, sessions, plan
     assert set(sharing) >= {"rule", "severity", "kind", "subjects", "physical_gpu_uuid", "from", "to"}
     again = CliRunner().invoke(cli, args[:-2])
     assert again.exit_code == 0 and f"{len(findings)} findings (0 new)" in again.output
+    assert all(f["seen_until"] is None for f in findings)  # every planted interval ended in the day
+    # an interval still going on at the period's end is open there, "seen until" it, not ended then
+    with sessions.begin() as s:
+        History(s).allocation("risk-inference", "ghost-open", "node-z", "gpu-9", 20 * H, None)  # unknown device
+    table = CliRunner().invoke(cli, args[:-2])
+    assert table.exit_code == 0, table.output
+    assert (f"inventory/unknown-device [{ns_to_rfc3339(at(20 * H))} .. open (seen until {ns_to_rfc3339(DAY[1])})]"
+            in table.output)
+    [ghost] = [f for f in json.loads(CliRunner().invoke(cli, args).output) if f["from"] == ns_to_rfc3339(at(20 * H))]
+    assert (ghost["rule"], ghost["to"], ghost["seen_until"]) == ("inventory/unknown-device", None, ns_to_rfc3339(DAY[1]))
 
 
 def test_a_handover_names_the_allocation_that_released_the_gpu_last(sessions):

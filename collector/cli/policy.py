@@ -114,7 +114,7 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     """Evaluate the bundle over [--from, --to), store the findings (idempotently) and print them."""
     from collector.policy.bundle import BundleError, load_bundle
     from collector.policy.engines import make_policy_engine
-    from collector.policy.findings import evaluate_period
+    from collector.policy.findings import evaluate_period, seen_until_ns
     from collector.policy.period import future_end_error
     from reports.scope_names import never_recorded
 
@@ -145,15 +145,19 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
         click.echo(f"note: cluster {name} was not observed in this period: its ResourceClaims were last observed at "
                    f"{ns_to_rfc3339(last)} (the collector stopped or lost the watch stream); no allocation of it is "
                    "evaluated, only that loss of observation is stated", err=True)
+    # an interval still going on when evaluated is open, "seen until" then, not ended then (seen_until_ns)
+    seen = [seen_until_ns(f["from_ns"], f["to_ns"], f["period_to_ns"], f["evaluated_at"]) for f in result.findings]
     if output == "json":
         echo_json([{"rule": f["rule"], "severity": f["severity"], "kind": f["kind"], "subjects": f["subjects"],
                     "physical_gpu_uuid": f["physical_gpu_uuid"], "from": ns_to_rfc3339(f["from_ns"]),
-                    "to": ns_to_rfc3339(f["to_ns"]), "message": f["message"]} for f in result.findings])
+                    "to": None if s is not None else ns_to_rfc3339(f["to_ns"]), "seen_until": ns_to_rfc3339(s),
+                    "message": f["message"]} for f, s in zip(result.findings, seen)])
         return
-    for f in result.findings:
+    for f, s in zip(result.findings, seen):
         gpu = f" gpu={f['physical_gpu_uuid']}" if f["physical_gpu_uuid"] else ""
+        until = f"open (seen until {ns_to_rfc3339(s)})" if s is not None else ns_to_rfc3339(f["to_ns"])
         click.echo(f"{f['severity'].upper():8} {f['kind']:11} {f['rule']}{gpu} "
-                   f"[{ns_to_rfc3339(f['from_ns'])} .. {ns_to_rfc3339(f['to_ns'])}]\n    {f['message']}")
+                   f"[{ns_to_rfc3339(f['from_ns'])} .. {until}]\n    {f['message']}")
     click.echo(f"{len(result.findings)} findings ({_news(result)}) for [{ns_to_rfc3339(dt_to_ns(start))}, "
                f"{ns_to_rfc3339(dt_to_ns(end))}) — bundle {bundle.revision} sha256:{bundle.digest[:12]}, engine {engine.name}; "
                f"facts {result.facts_s:.3f} s, Rego {result.rego_s:.3f} s")

@@ -65,6 +65,21 @@ def finding_key(finding: dict[str, Any], cluster: str | None, period_from_ns: in
                          "period": [period_from_ns, period_to_ns], "bundle_digest": digest})
 
 
+def seen_until_ns(from_ns: int | None, to_ns: int | None, period_to_ns: int, evaluated_at: datetime | str) -> int | None:
+    """For a finding interval still going on as far as the evaluation stating it could see, that
+    instant — the end of its period, or when it ran if earlier — else None. The facts cut an
+    interval still open at that instant (``collector.policy.facts``), so an end there is the
+    evaluation's, not the incident's: readers show such an interval open, "seen until" it.
+    A finding without an interval (``from_ns`` None) has none. ``evaluated_at``: as stored, or as
+    RFC 3339 text (a row once ledgered)."""
+    if from_ns is None:
+        return None
+    if isinstance(evaluated_at, str):
+        evaluated_at = datetime.fromisoformat(evaluated_at.replace("Z", "+00:00"))
+    seen = min(period_to_ns, dt_to_ns(evaluated_at))
+    return seen if to_ns is None or to_ns >= seen else None
+
+
 def finding_identity(rule: str, cluster: str | None, subjects: Any, from_ns: int | None, bundle_digest: str) -> str:
     """What a finding is about, whatever its end and evaluation period (see module docstring):
     SHA-256 of the canonical JSON of (rule, cluster, subjects, from_ns, bundle digest)."""
