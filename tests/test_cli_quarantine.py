@@ -28,12 +28,6 @@ def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_p
     assert ingest.exit_code == 0, ingest.output
     assert f"the quarantined lines: draudit quarantine --source {path}" in ingest.output
 
-    # several inputs: the hint names one that had lines refused, not the first (which had none)
-    clean = tmp_path / "clean.log"
-    clean.write_text(LINES[0] + "\n")
-    several = _run("ingest", str(clean), str(path), "--database-url", database_url)
-    assert f"the quarantined lines: draudit quarantine --source {path} --database-url" in several.output
-
     out = _run("quarantine", "--database-url", database_url, "--source", str(path), "--output", "json")
     assert out.exit_code == 0, out.output
     doc = json.loads(out.stdout)
@@ -135,3 +129,21 @@ def test_ingest_under_a_cluster_the_watcher_never_recorded_warns(tmp_path, datab
             in result.output)
     quiet = _run("ingest", str(path), "--database-url", database_url, "--cluster", "bank-eu-inference-1")
     assert quiet.exit_code == 0 and "warning" not in quiet.output, quiet.output
+
+
+def test_the_hint_after_several_inputs_names_each_input_that_had_lines_refused(tmp_path, database_url):
+    """It named the first input, which may have had none: pasted, it found nothing (a newcomer's
+    finding); with two inputs refused, only the first."""
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    clean, bad, other = tmp_path / "clean.log", tmp_path / "app.log", tmp_path / "other.log"
+    clean.write_text(LINES[0] + "\n")
+    bad.write_text("\n".join(LINES) + "\n")
+    other.write_text("not json either\n")
+    out = _run("ingest", str(clean), str(bad), str(other), "--database-url", database_url)
+    assert out.exit_code == 0, out.output
+    hints = [line for line in out.output.splitlines() if "draudit quarantine" in line]
+    assert hints == [f"  the quarantined lines: draudit quarantine --source {p} --database-url {database_url}"
+                     for p in (bad, other)]
+    listed = json.loads(_run("quarantine", "--source", str(other), "--database-url", database_url,
+                             "--output", "json").stdout)
+    assert [d["position"] for d in listed["lines"]] == ["1"]

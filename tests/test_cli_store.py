@@ -50,7 +50,7 @@ def test_bad_database_inputs_give_one_line_and_no_traceback(tmp_path, database_u
         ("not a url at all", "is not a URL"),
         ("mysql://root@127.0.0.1/test", "not supported"),
         ("postgresql://root@127.0.0.1:1/nowhere", "cannot connect to database"),
-        ("postgresql://root@127.0.0.1:5432/draudit_no_such_db", "does not exist — create it (createdb draudit_no_such_db, "
+        ("postgresql://root@127.0.0.1:5432/draudit_no_such_db", "does not exist — create it (createdb -h 127.0.0.1 -p 5432 -U root draudit_no_such_db, "
          "or CREATE DATABASE) or fix DRAUDIT_DATABASE_URL / --database-url, then `draudit db upgrade`"),
         (f"sqlite:///{tmp_path / 'never-migrated.db'}",
          f"run `draudit db upgrade --database-url sqlite:///{tmp_path / 'never-migrated.db'}` first"),

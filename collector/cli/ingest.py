@@ -97,13 +97,12 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
             click.echo(line)
         click.echo(f"  run {run.run_id}")
         if counts.quarantined:
-            # an input that had lines refused (the first input may have none): one word the user can paste
-            refused = list(run.quarantined_sources) or [_source(paths[0])]
-            shown = f"--source {shlex.quote(refused[0])}"
-            if database_url:  # the store the user named, not the default one
-                shown += f" --database-url {shlex.quote(shown_url(database_url))}"
-            others = f" (and {len(refused) - 1} other input(s): --source each)" if len(refused) > 1 else ""
-            click.echo(f"  the quarantined lines: draudit quarantine {shown}{others}")
+            # each input that had lines refused (the first input may have none): a command the user can paste
+            store = f" --database-url {shlex.quote(shown_url(database_url))}" if database_url else ""
+            for source in list(run.quarantined_sources)[:_HINTS] or [_source(paths[0])]:
+                click.echo(f"  the quarantined lines: draudit quarantine --source {shlex.quote(source)}{store}")
+            if len(run.quarantined_sources) > _HINTS:
+                click.echo(f"  (and {len(run.quarantined_sources) - _HINTS} more input(s) with quarantined lines)")
     unwatched = _unwatched_cluster(sessions, settings.cluster) if counts.stored else None
     if unwatched:
         click.echo(f"draudit: warning: cluster {settings.cluster!r} has no watch history in this store (watched: "
@@ -277,6 +276,7 @@ def _ingest_text(run, stream, source: str, max_bytes: int, on_line=None, first_l
 
 
 _ARRAY_PEEK = 4096
+_HINTS = 5  # inputs named in the quarantine hint after a run
 _NEXT_LINE_PEEK = 256  # of the line after a long first line: enough to see whether it starts an array
 
 

@@ -145,7 +145,10 @@ def check_connection(engine: Engine) -> None:
         where = shown_url(engine.url)
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         if engine.dialect.name == "postgresql" and f'database "{engine.url.database}" does not exist' in reason:
-            fix = (f"create it (createdb {engine.url.database}, or CREATE DATABASE) or fix DRAUDIT_DATABASE_URL / "
+            u = engine.url
+            where_flags = "".join(f" {flag} {value}" for flag, value in (("-h", u.host), ("-p", u.port),
+                                                                            ("-U", u.username)) if value)
+            fix = (f"create it (createdb{where_flags} {u.database}, or CREATE DATABASE) or fix DRAUDIT_DATABASE_URL / "
                    "--database-url, then `draudit db upgrade`")
         else:
             fix = "start the database or fix DRAUDIT_DATABASE_URL / --database-url"
