@@ -35,8 +35,9 @@ def _listed(url: str, frm: str, to: str) -> list[tuple[str, str, str]]:
     return [(r["from"], r["to"], r["message"]) for r in rows]
 
 
-def test_a_short_window_statement_does_not_stand_for_a_period_evaluated_whole_and_clean(database_url, sessions,
-                                                                                       tmp_path, monkeypatch):
+def _evaluator(database_url: str, sessions, tmp_path, monkeypatch):
+    """The planted day in the store and a ``(from, to) -> None`` running ``policy eval`` of the
+    short-window bundle over prod-eu-1."""
     monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
     with sessions.begin() as s:
         plant_history(s)
@@ -49,6 +50,12 @@ def test_a_short_window_statement_does_not_stand_for_a_period_evaluated_whole_an
         _run("policy", "eval", "--from", frm, "--to", to, "--cluster", "prod-eu-1", "--bundle", str(bundle),
              "--database-url", database_url)
 
+    return evaluate
+
+
+def test_a_short_window_statement_does_not_stand_for_a_period_evaluated_whole_and_clean(database_url, sessions,
+                                                                                       tmp_path, monkeypatch):
+    evaluate = _evaluator(database_url, sessions, tmp_path, monkeypatch)
     evaluate("2026-11-29T00:00:00Z", "2026-11-30T00:00:00Z")  # the whole day: nothing stated
     evaluate("2026-11-29T10:00:15Z", "2026-11-29T10:00:18Z")  # later, 3 s: the statement
     assert _listed(database_url, "2026-11-29T00:00:00Z", "2026-11-30T00:00:00Z") == []
@@ -64,18 +71,7 @@ def test_a_re_run_or_another_window_does_not_hide_a_whole_period_statement(datab
     """A re-run of the same evaluation stores no new finding row (findings are stored once, under
     their first run): taken for silence, every scheduled re-run hid the statement. A wider window
     elsewhere did not decide the statement's stretch: it overrides nothing (a tester's findings)."""
-    monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
-    with sessions.begin() as s:
-        plant_history(s)
-    bundle = tmp_path / "custom"
-    bundle.mkdir()
-    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
-    (bundle / "custom.rego").write_text(SHORT_WINDOW_REGO)
-
-    def evaluate(frm: str, to: str) -> None:
-        _run("policy", "eval", "--from", frm, "--to", to, "--cluster", "prod-eu-1", "--bundle", str(bundle),
-             "--database-url", database_url)
-
+    evaluate = _evaluator(database_url, sessions, tmp_path, monkeypatch)
     short = ("2026-11-29T10:00:15Z", "2026-11-29T10:00:18Z")
     evaluate(*short)
     evaluate(*short)  # the same evaluation again
