@@ -207,7 +207,7 @@ def headline(finding: dict[str, Any], who: Sequence[dict[str, Any]], facts: Find
             dur = duration_text(finding.get("from_ns"), stop)
             parts.append(f"from {finding['from']}{f' ({dur} observed)' if dur else ''}, {open_at_last_observation(stop)}")
         elif finding.get("to") is None and finding.get("seen_until"):
-            # still going on as far as its evaluation could see (``finding_scope._seen_until``)
+            # still going on as far as its evaluation could see (``collector.policy.findings.seen_until_ns``)
             dur = duration_text(finding.get("from_ns"), finding.get("seen_until_ns"))
             parts.append(f"from {finding['from']}{f' ({dur} observed)' if dur else ''}, still going on when last "
                          f"evaluated, at {finding['seen_until']}")

@@ -90,17 +90,37 @@ def finding_evaluations(session: Session, scope: Scope) -> list[dict[str, Any]]:
              "evaluated_at_ns": dt_to_ns(at)} for c, rev, digest, lo, hi, at in rows]
 
 
+def span_of(e: dict[str, Any]) -> Span:
+    """The ``Span`` of one evaluation run (a dict with the keys of ``finding_evaluations``;
+    ``scoped_evaluations`` rows have them too): its period widened to whole microseconds, its end
+    cut at ``evaluated_at``. A run that ended before it began (evaluated before the period start)
+    covers nothing."""
+    start = e["period_from_ns"] // _US * _US
+    end = min(-(-e["period_to_ns"] // _US) * _US, e["evaluated_at_ns"])
+    return Span(e["cluster"], e["bundle_revision"], e["bundle_digest"], start, end, e["evaluated_at_ns"])
+
+
 def spans(evaluations: Iterable[dict[str, Any]]) -> list[Span]:
-    """``Span`` of each distinct evaluation run among ``evaluations`` (dicts with the keys of
-    ``finding_evaluations``; ``scoped_evaluations`` rows have them too): its period widened to whole
-    microseconds, its end cut at ``evaluated_at``; sorted. Runs that ended before they began
-    (evaluated before the period start) cover nothing."""
-    out = set()
-    for e in evaluations:
-        start = e["period_from_ns"] // _US * _US
-        end = min(-(-e["period_to_ns"] // _US) * _US, e["evaluated_at_ns"])
-        out.add(Span(e["cluster"], e["bundle_revision"], e["bundle_digest"], start, end, e["evaluated_at_ns"]))
-    return sorted(out, key=lambda s: (s.cluster or "", s.from_ns, s.to_ns, s.evaluated_at_ns, s.bundle_digest))
+    """``span_of`` each distinct evaluation run among ``evaluations``, sorted."""
+    return sorted({span_of(e) for e in evaluations},
+                  key=lambda s: (s.cluster or "", s.from_ns, s.to_ns, s.evaluated_at_ns, s.bundle_digest))
+
+
+def covered_ns(span: Span, scope: Scope) -> int:
+    """Nanoseconds of the scope's period that ``span`` decided."""
+    return max(0, min(span.to_ns, scope.to_ns) - max(span.from_ns, scope.from_ns))
+
+
+def scope_rows(session: Session, scope: Scope, evaluations: list[dict[str, Any]],
+               observed: Iterable[str]) -> list[dict[str, Any]]:
+    """``coverage_rows`` of a scope, as a pack states them (``data/policy_coverage.*``) and
+    ``draudit findings`` notes them: from ``evaluations`` (``scoped_evaluations``) and those the
+    findings rows name (``finding_evaluations``), per cluster in scope — the scope's clusters, or
+    without a cluster scope those ``observed`` in the period and those the evaluations name."""
+    known = finding_evaluations(session, scope)
+    clusters = scope.clusters or (set(observed) |
+                                  {e["cluster"] for e in [*evaluations, *known] if e["cluster"] is not None})
+    return coverage_rows(spans([*evaluations, *known]), scope, clusters)
 
 
 def union_clipped(intervals: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:

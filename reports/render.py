@@ -686,7 +686,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
     bundle_changes, bundles = _bundle_changes(findings, evaluations, scope)
     changes = dc_changes + col.driver_changes() + bundle_changes
     written.append(pop.write_dicts(data_dir, "changes", CHANGE_COLUMNS, changes))
-    policy_rows = _policy_coverage(session, scope, evaluations, cov_summary)
+    policy_rows = polcov.scope_rows(session, scope, evaluations, (k["cluster"] for k in cov_summary))
     written.append(pop.write_dicts(data_dir, "policy_coverage", polcov.COLUMNS, policy_rows))
     lap("findings_coverage_sharing_changes")
     summary = _lineage_summary(session, scope)
@@ -783,18 +783,6 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         "status_meaning": STATUS_MEANINGS, "change_labels": CHANGE_LABELS, "population_rows": POPULATION_ROWS,
     }
     return context, meta, [f for w in written for f in w.files]
-
-
-def _policy_coverage(session: Session, scope: pop.Scope, evaluations: list[dict[str, Any]],
-                     cov_summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of ``data/policy_coverage.*`` (``reports.policy_coverage.coverage_rows``) from the
-    evaluations in scope (``scoped_evaluations``) and those the findings rows name, per cluster in
-    scope: the pack's clusters, or without a cluster scope those observed in the period
-    (``cov_summary``) and those the evaluations name."""
-    known = polcov.finding_evaluations(session, scope)
-    clusters = scope.clusters or ({k["cluster"] for k in cov_summary} |
-                                  {e["cluster"] for e in [*evaluations, *known] if e["cluster"] is not None})
-    return polcov.coverage_rows(polcov.spans([*evaluations, *known]), scope, clusters)
 
 
 def _write_text(root: Path, rel: str, text: str) -> FileDigest:

@@ -126,6 +126,11 @@ def test_cluster_rule_and_severity_filters(store):
     lost = _list(store, "--rule", "attribution/unattributed-transaction")
     assert [r["subjects"]["transactions"] for r in lost] == [["txn-lost-00002"], ["txn-lost-00001"], ["txn-lost-00000"]]
     assert _list(store, "--severity", "critical") == []
+    # the command's severities are the policy contract's (a copy, kept out of the CLI's start-up)
+    from collector.cli import findings as findings_cli
+    from collector.policy import findings as policy_findings
+
+    assert findings_cli.SEVERITIES == policy_findings.SEVERITIES
 
 
 def test_one_incident_stated_by_two_overlapping_windows_is_listed_once(store, sessions):

@@ -11,7 +11,7 @@ Two statements the stored interval alone would get wrong:
 * An end the evaluation did not see. The policies clip an interval still going on (an allocation
   not released) to what the evaluation could see: its period's end, or when it ran if earlier. A
   finding whose end is there was still going on as far as its evaluation saw: listed as open
-  (``to`` null) with ``seen_until``, not as if it ended then (``reports.finding_scope._seen_until``,
+  (``to`` null) with ``seen_until``, not as if it ended then (``collector.policy.findings.seen_until_ns``,
   as packs show it).
 * A window evaluated in part. With ``--from`` and ``--to``, the share of the window the policy
   evaluations covered is computed as packs compute it (``reports.policy_coverage``: evaluations cut
@@ -29,7 +29,9 @@ from collector.cli.options import database_option, echo_json, open_store, output
 from collector.errors import UserError
 from collector.timeutil import dt_to_ns, ns_to_rfc3339, parse_cli_time
 
-SEVERITIES = ("critical", "high", "medium", "low", "info")  # as collector.policy.findings.SEVERITIES
+# collector.policy.findings.SEVERITIES, not imported: it would load the policy stage at every
+# command's start-up for a --help text (a test holds the two equal)
+SEVERITIES = ("critical", "high", "medium", "low", "info")
 # Bounds of an unbounded listing (no --from / --to): the signed 64-bit range of the ns columns.
 _MIN_NS, _MAX_NS = -(2 ** 63), 2 ** 63 - 1
 _SUBJECT_ITEMS = 4  # values of one subject list shown in the table before "+N more" (JSON: all)
@@ -181,8 +183,8 @@ def _warnings(session, cluster: str | None, rule: str | None) -> tuple[list[str]
 def _coverage_note(session, scope) -> str | None:
     """The stderr note when policy evaluations covered less than the whole window, else None.
 
-    Computed as a pack computes its policy coverage (``reports.render._policy_coverage``, with the
-    functions of ``reports.policy_coverage``): the evaluations in scope (``scoped_evaluations``) and
+    Computed as a pack computes its policy coverage (``reports.policy_coverage.scope_rows``): the
+    evaluations in scope (``scoped_evaluations``) and
     those the findings rows name (``finding_evaluations``), each covering its period up to when it
     ran (``spans``), per cluster: the ``--cluster``, else the clusters observed in the window
     (``reports.populations.coverage``) and those the evaluations name; the least evaluated deciding
@@ -190,17 +192,14 @@ def _coverage_note(session, scope) -> str | None:
     and no evaluation overlaps (nothing observed, nothing evaluated: nothing to note)."""
     from reports import policy_coverage as polcov
     from reports import populations as pop
-    from reports.controls import share_text
+    from reports.controls import share_text, stretches_text
     from reports.finding_scope import scoped_evaluations
 
-    evaluations = [*scoped_evaluations(session, scope), *polcov.finding_evaluations(session, scope)]
-    clusters = scope.clusters or (
-        {k["cluster"] for k in pop.coverage_summary(pop.coverage(session, scope), scope)}
-        | {e["cluster"] for e in evaluations if e["cluster"] is not None})
-    low = polcov.lowest(polcov.coverage_rows(polcov.spans(evaluations), scope, clusters))
+    observed = (k["cluster"] for k in pop.coverage_summary(pop.coverage(session, scope), scope))
+    low = polcov.lowest(polcov.scope_rows(session, scope, scoped_evaluations(session, scope), observed))
     if low is None or low.share >= 1:
         return None
-    stretches = ", ".join(f"[{a}, {b})" for a, b in low.not_evaluated) + (f" and {low.more} more" if low.more else "")
+    stretches = stretches_text(low.not_evaluated, low.more)
     others = f" (the least evaluated of {low.partial} clusters not wholly evaluated)" if low.partial > 1 else ""
     return (f"note: policy evaluations cover {share_text(low.share)} of the window for {low.where()}{others}; "
             f"not evaluated: {stretches} — findings, or their absence, say nothing about those stretches")
@@ -210,7 +209,7 @@ def _doc(f: dict[str, Any]) -> dict[str, Any]:
     """A pack finding (``reports.finding_scope.scoped_findings``) → this command's row (``JSON_KEYS``,
     plus ``from_ns``/``to_ns`` ints for ordering). A finding without an interval (``whole_period``)
     takes the period of the evaluation shown as from/to; one still going on when evaluated is open
-    (``to`` null) with ``seen_until`` (``finding_scope._seen_until``). ``last_evaluated_at``: the
+    (``to`` null) with ``seen_until`` (``collector.policy.findings.seen_until_ns``). ``last_evaluated_at``: the
     latest of the evaluations of every bundle that found it (``bundles[*].evaluated_at``,
     ``%Y-%m-%dT%H:%M:%S.%fZ``)."""
     whole = f["from_ns"] is None

@@ -95,7 +95,7 @@ def _pack_warnings(result) -> list[str]:
     policy bundle evaluated over an observed period (its findings section is empty for that reason;
     for a period nothing observed the pack says an evaluation finds nothing to decide on, and
     advising one would contradict it) or over part of it only, transactions not attributed yet."""
-    from reports.controls import share_text
+    from reports.controls import share_text, stretches_text
 
     warnings = []
     if result.observed and not result.bundles_evaluated:
@@ -104,7 +104,7 @@ def _pack_warnings(result) -> list[str]:
                         "the pack again")
     low = result.policy_partial
     if result.observed and result.bundles_evaluated and low is not None:
-        stretches = ", ".join(f"[{a}, {b})" for a, b in low.not_evaluated) + (f" and {low.more} more" if low.more else "")
+        stretches = stretches_text(low.not_evaluated, low.more)
         covered = f"{share_text(low.share)} of it" if low.share > 0 else "not at all"  # another cluster was evaluated
         warnings.append(f"policy evaluations covered only part of the period: {low.where()} {covered}, "
                         f"not evaluated {stretches} (section 8, data/policy_coverage.csv); run `draudit policy eval "
