@@ -40,6 +40,7 @@ from collector.store.models import (AllocationEpisode, AllocationResult, Coverag
                                      PolicyEvaluation,
                                     Lineage)
 from collector.timeutil import dt_to_ns, ns_to_rfc3339
+from reports import policy_coverage as polcov
 from reports.populations import SEVERITY_ORDER, Scope
 
 RULES = ("A finding is in the pack's scope when one of its subjects is: a finding stored with a cluster when that "
@@ -187,15 +188,16 @@ def _states_more(row: Finding, held: Finding, scope: Scope) -> bool:
     the most of the pack's — it counted the most of it; a window of the last hours, evaluated
     later, stated "0 of 3" for a day of "197 of 200". Ties go to the later evaluation."""
     if row.from_ns is None:
-        return _covered_ns(row.period_from_ns, row.period_to_ns, dt_to_ns(row.evaluated_at), scope) >= \
-            _covered_ns(held.period_from_ns, held.period_to_ns, dt_to_ns(held.evaluated_at), scope)
+        return polcov.covered_ns(_span(row), scope) >= polcov.covered_ns(_span(held), scope)
     return _end_key(row.to_ns) >= _end_key(held.to_ns)
 
 
-def _covered_ns(from_ns: int, to_ns: int, evaluated_at_ns: int, scope: Scope) -> int:
-    """Nanoseconds of the pack's period an evaluation of ``[from_ns, to_ns)`` run at
-    ``evaluated_at_ns`` decided: its period up to when it ran (``reports.policy_coverage``), clipped."""
-    return max(0, min(to_ns, evaluated_at_ns, scope.to_ns) - max(from_ns, scope.from_ns))
+def _span(row: Finding) -> polcov.Span:
+    """What the evaluation stating ``row`` decided: its period up to when it ran, as packs count
+    policy coverage (``reports.policy_coverage.span_of``)."""
+    return polcov.span_of({"cluster": row.cluster, "bundle_revision": row.bundle_revision,
+                           "bundle_digest": row.bundle_digest, "period_from_ns": row.period_from_ns,
+                           "period_to_ns": row.period_to_ns, "evaluated_at_ns": dt_to_ns(row.evaluated_at)})
 
 
 def _owner(row: Finding, named: set[str]) -> str | None:
@@ -208,22 +210,17 @@ def _owner(row: Finding, named: set[str]) -> str | None:
     return next(iter(named)) if len(named) == 1 else None
 
 
-def _decided(from_ns: int, to_ns: int, evaluated_at_ns: int) -> tuple[int, int]:
-    """The span an evaluation of ``[from_ns, to_ns)`` run at ``evaluated_at_ns`` decided: its period
-    up to when it ran (``reports.policy_coverage``)."""
-    return from_ns, min(to_ns, evaluated_at_ns)
-
-
-Evaluations = dict[tuple[str | None, str], list[tuple[int, int, int]]]
+# per (cluster, bundle digest): each evaluation's period and what it decided (``policy_coverage.Span``)
+Evaluations = dict[tuple[str | None, str], list[tuple[int, int, polcov.Span]]]
 
 
 def _evaluations_by_bundle(session: Session, scope: Scope) -> Evaluations:
     """Per cluster (None: evaluations of all clusters) and bundle digest, the evaluations in scope
-    as ``(period_from_ns, period_to_ns, evaluated_at_ns)``."""
+    as ``(period_from_ns, period_to_ns, Span)``."""
     out: Evaluations = {}
     for e in scoped_evaluations(session, scope):
         out.setdefault((e["cluster"], e["bundle_digest"]), []).append(
-            (e["period_from_ns"], e["period_to_ns"], e["evaluated_at_ns"]))
+            (e["period_from_ns"], e["period_to_ns"], polcov.span_of(e)))
     return out
 
 
@@ -238,14 +235,12 @@ def _overtaken(row: Finding, evaluations: Evaluations, scope: Scope) -> bool:
     by another bundle (revision), which may not have the rule at all."""
     if row.from_ns is not None:
         return False
-    at_ns = dt_to_ns(row.evaluated_at)
-    lo, hi = _decided(row.period_from_ns, row.period_to_ns, at_ns)
-    mark = (_covered_ns(row.period_from_ns, row.period_to_ns, at_ns, scope), at_ns)
-    for e_from, e_to, e_at in evaluations.get((row.cluster, row.bundle_digest), []):
-        e_lo, e_hi = _decided(e_from, e_to, e_at)
-        if (e_from, e_to) == (row.period_from_ns, row.period_to_ns) or e_lo > lo or e_hi < hi:
+    own = _span(row)
+    mark = (polcov.covered_ns(own, scope), own.evaluated_at_ns)
+    for e_from, e_to, e in evaluations.get((row.cluster, row.bundle_digest), []):
+        if (e_from, e_to) == (row.period_from_ns, row.period_to_ns) or e.from_ns > own.from_ns or e.to_ns < own.to_ns:
             continue
-        if (_covered_ns(e_from, e_to, e_at, scope), e_at) > mark:
+        if (polcov.covered_ns(e, scope), e.evaluated_at_ns) > mark:
             return True
     return False
 
