@@ -63,22 +63,23 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     aliases = AliasTable.from_file(aliases_path) if aliases_path else None
     _engine, sessions = open_store(settings)
     run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)
-    paths = _read_once(paths)
+    reals = {p: _real(p) for p in paths}  # resolved once: grouping, order, streams, continuation
+    paths = _read_once(paths, reals)
     # a container log's rotated files and its live log, oldest first (a shell glob gives newest first)
-    paths = tuple(paths[i] for i in in_rotation_order([_real(p) for p in paths]))
-    run.parser.streams.update({_source(p): log_stream(_real(p)) for p in paths})
+    paths = tuple(paths[i] for i in in_rotation_order([reals[p] for p in paths]))
+    run.parser.streams.update({_source(p): log_stream(reals[p]) for p in paths})
     inputs = [open_input(p) for p in paths]
     show_progress = sys.stderr.isatty()
     try:
         for path, (stream, _pos, _size) in zip(paths, inputs):  # before anything is read: all or nothing
             _refuse_protobuf(stream, "stdin" if path == "-" else path)
         if show_progress:
-            _ingest_with_progress(run, paths, inputs, fmt, settings.ingest_max_body_bytes)
+            _ingest_with_progress(run, paths, reals, inputs, fmt, settings.ingest_max_body_bytes)
         else:
             for i, (path, (stream, _pos, _size)) in enumerate(zip(paths, inputs)):
                 with _read_errors_named(run, path):
                     _ingest_one(run, stream, _source(path), fmt, settings.ingest_max_body_bytes)
-                _end_source(run, paths, i)
+                _end_source(run, paths, reals, i)
         counts = run.finish()
         ended_early = [(path, read_error(stream)) for path, (stream, _pos, _size) in zip(paths, inputs)]
     except parse_pool.WorkerEnded as exc:
@@ -153,7 +154,7 @@ def nothing_accepted(counts) -> bool:
     return counts.read > 0 and counts.stored + counts.duplicates == 0
 
 
-def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
+def _ingest_with_progress(run, paths, reals, inputs, fmt: str, max_bytes: int) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -164,15 +165,15 @@ def _ingest_with_progress(run, paths, inputs, fmt: str, max_bytes: int) -> None:
             with _read_errors_named(run, path):
                 _ingest_one(run, stream, _source(path), fmt, max_bytes,
                             on_line=lambda: progress.update(task, completed=position()))
-            _end_source(run, paths, i)
+            _end_source(run, paths, reals, i)
             progress.update(task, completed=size or position())
 
 
-def _end_source(run, paths, i: int) -> None:
+def _end_source(run, paths, reals: dict[str, str], i: int) -> None:
     """``paths[i]`` was read: its open partial lines end here unless the next input is the next
-    file of its log stream (kubelet rotation, ``rotation.continues``)."""
-    following = _real(paths[i + 1]) if i + 1 < len(paths) else None
-    run.end_source(_source(paths[i]), continued=continues(_real(paths[i]), following))
+    file of its log stream (kubelet rotation, ``rotation.continues``; ``reals``: ``_real`` of each path)."""
+    following = reals[paths[i + 1]] if i + 1 < len(paths) else None
+    run.end_source(_source(paths[i]), continued=continues(reals[paths[i]], following))
 
 
 commands = [ingest_cmd]
@@ -216,14 +217,15 @@ def _real(path: str) -> str:
     return _source(path if path == "-" else os.path.realpath(path))
 
 
-def _read_once(paths: tuple[str, ...]) -> tuple[str, ...]:
-    """``paths`` without a file given again (overlapping globs, a link to a file also given): each
-    is read once, with a warning — read twice, its records were duplicates and a CRI line it
-    leaves open was quarantined as never completed while its second reading completed it."""
+def _read_once(paths: tuple[str, ...], reals: dict[str, str]) -> tuple[str, ...]:
+    """``paths`` without a file given again (overlapping globs, a link to a file also given; ``reals``:
+    ``_real`` of each): each is read once, with a warning — read twice, its records were duplicates
+    and a CRI line it leaves open was quarantined as never completed while its second reading
+    completed it."""
     seen: dict[str, str] = {}
     kept = []
     for path in paths:
-        real = _real(path)
+        real = reals[path]
         if path != "-" and real in seen:
             click.echo(f"draudit: warning: {path} is the file {seen[real]} given again: read once", err=True)
             continue
