@@ -178,7 +178,6 @@ from sqlalchemy import (
     BigInteger,
     Column,
     ColumnElement,
-    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
