@@ -167,3 +167,41 @@ def test_rotation_order_and_streams():
     assert in_rotation_order(["x.log", "y.log"]) == [0, 1]
     assert continues(live + ".20251129-081500", live) and not continues(live, None)
     assert not continues(live, "/other/0.log") and not continues(live, live)
+
+
+def test_a_log_named_through_its_containers_link_carries_the_pod_uid_of_the_file_it_links_to(
+        tmp_path, database_url, sessions, monkeypatch):
+    """The link's name has namespace, pod, container and container id, not the pod UID; the file
+    it points to has it. Lines read under either name are one pod identity: read again under the
+    other, they are duplicates (they were stored twice, one copy without a UID). Parse workers too."""
+    monkeypatch.setattr(parse_pool, "CHUNK_LINES", 50)
+    monkeypatch.setattr(parse_pool, "default_workers", lambda: 2)
+    d = tmp_path / POD_DIR
+    d.mkdir(parents=True)
+    live = d / "3.log"
+    live.write_text("".join(_cri(i % 60, _ecs(f"LK-{i}", i % 60)) for i in range(200)))
+    containers = tmp_path / "var/log/containers"
+    containers.mkdir(parents=True)
+    link = containers / f"fraud-api-7c9d8-x2x4q_risk-inference_api-{'ab' * 32}.log"
+    link.symlink_to(live)
+    assert _ingest(database_url, link)["stored"] == 200
+    with sessions() as s:
+        rows = s.execute(select(InferenceRecord.pod_uid, InferenceRecord.pod_namespace, InferenceRecord.container_name,
+                                InferenceRecord.attributes)).all()
+    assert {(uid, ns, c) for uid, ns, c, _a in rows} == {("0b6f7a52-6c5e-4a8e-9a57-0b8c1f2a3d4e", "risk-inference", "api")}
+    assert {a["envelope.restart_count"] for *_x, a in rows} == {3}
+    assert _ingest(database_url, live) == {"read": 200, "stored": 0, "duplicates": 200, "conflicts": 0,
+                                           "quarantined": 0, "pan_masked": 0}
+
+
+def test_a_containers_link_to_another_pods_file_gives_no_uid(tmp_path, database_url, sessions):
+    d = tmp_path / POD_DIR
+    d.mkdir(parents=True)
+    (d / "0.log").write_text(_cri(1, _ecs("LX-1", 1)))
+    containers = tmp_path / "var/log/containers"
+    containers.mkdir(parents=True)
+    link = containers / f"other-pod-5d4f9-abcde_risk-inference_api-{'cd' * 32}.log"
+    link.symlink_to(d / "0.log")
+    assert _ingest(database_url, link)["stored"] == 1
+    with sessions() as s:
+        assert s.execute(select(InferenceRecord.pod_name, InferenceRecord.pod_uid)).one() == ("other-pod-5d4f9-abcde", None)

@@ -96,6 +96,20 @@ class Envelope:
             self.container_name = self.container_name or container
             self.container_id = self.container_id or cid
 
+    def fill_from_link_target(self, target: str | None) -> None:
+        """Fill the pod UID and restart count from the ``/var/log/pods/…`` file a
+        ``/var/log/containers/…`` symlink points to (kubelet makes one for each container log; the
+        link's own name has no UID). Only when the target names the same namespace, pod and
+        container as the identity already filled: a link elsewhere gives nothing (never a guess)."""
+        m = _PODS_PATH.search(target) if target else None
+        if m is None:
+            return
+        ns, pod, uid, container, restarts = m.groups()
+        if (self.namespace, self.pod_name, self.container_name) != (ns, pod, container):
+            return
+        self.pod_uid = self.pod_uid or uid.lower()
+        self.extras.setdefault("restart_count", int(restarts))
+
 
 def _s(value: Any) -> str | None:
     return value if isinstance(value, str) and value != "" else None

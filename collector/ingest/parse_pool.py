@@ -143,7 +143,7 @@ def _keep_freed_memory() -> bool:
 WORKER_NICENESS = 5
 
 
-def _init_worker(parser_kwargs: dict[str, Any]) -> None:
+def _init_worker(parser_kwargs: dict[str, Any], streams: dict[str, str] | None = None) -> None:
     global _parser
     _keep_freed_memory()
     try:
@@ -151,6 +151,7 @@ def _init_worker(parser_kwargs: dict[str, Any]) -> None:
     except OSError:  # not permitted here (a seccomp profile): same work, default priority
         pass
     _parser = LineParser(**parser_kwargs)
+    _parser.streams.update(streams or {})  # the run's parser's: a linked log's pod identity (``LineParser._linked``)
     # Everything inherited from the parent (the store, SQLAlchemy, the caller's own objects) lives
     # as long as the worker: out of the collector's sight, full collections scan only what parsing makes.
     gc.freeze()
@@ -192,13 +193,14 @@ class _Failure:
     traceback: str
 
 
-def _serve(tasks_in: Connection, answers_out: Connection, parser_kwargs: dict[str, Any]) -> None:
+def _serve(tasks_in: Connection, answers_out: Connection, parser_kwargs: dict[str, Any],
+           streams: dict[str, str] | None = None) -> None:
     """A worker's life: answer each chunk received with its ``ParsedChunk``, in the order received.
 
     A thread receives the chunks as they come, so the writer's ``send`` never waits on this
     worker's ``send`` of an answer (each would wait for the other to read: a deadlock once both
     pipes are full)."""
-    _init_worker(parser_kwargs)
+    _init_worker(parser_kwargs, streams)
     tasks: queue.SimpleQueue = queue.SimpleQueue()
 
     def receive() -> None:
@@ -295,9 +297,10 @@ class ParsePool:
     Args:
         workers: number of worker processes (≥ 1).
         parser_kwargs: ``LineParser`` keyword arguments (picklable).
+        streams: the run's parser's ``streams`` (source → the real log file), copied to each worker.
     """
 
-    def __init__(self, workers: int, parser_kwargs: dict[str, Any]) -> None:
+    def __init__(self, workers: int, parser_kwargs: dict[str, Any], streams: dict[str, str] | None = None) -> None:
         ctx = multiprocessing.get_context("fork")
         self.workers = workers
         self._conns: list[Connection] = []  # chunks to each worker
@@ -312,7 +315,7 @@ class ParsePool:
                 answers_in, answers_out = ctx.Pipe(duplex=False)
                 _widen(tasks_out)
                 _widen(answers_out)
-                process = ctx.Process(target=_serve, args=(tasks_in, answers_out, parser_kwargs), name="draudit-parse",
+                process = ctx.Process(target=_serve, args=(tasks_in, answers_out, parser_kwargs, dict(streams or {})), name="draudit-parse",
                                       daemon=True)
                 process.start()
                 tasks_in.close()

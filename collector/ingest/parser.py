@@ -394,6 +394,15 @@ class LineParser:
         ended = [key for key in self._partials if key[0] == stream] if not continued else []
         return [self._incomplete(self._partials.pop(key)) for key in ended]
 
+    def _linked(self, env: Envelope, source: str) -> Envelope:
+        """``env`` of a kubelet log file, with what the file a ``/var/log/containers`` symlink
+        points to adds (``streams``: the real file the CLI resolved) — the pod UID. Without it the
+        same lines ingested under the link and under the real path were two pod identities."""
+        target = self.streams.get(source)
+        if target is not None and target != source:
+            env.fill_from_link_target(target)
+        return env
+
     def _stream(self, source: str) -> str:
         """The log stream of ``source``: as named in ``streams``, else by its name (``rotation.log_stream``)."""
         return self.streams.get(source) or log_stream(source)
@@ -444,7 +453,7 @@ class LineParser:
         if forced in (None, "cri"):
             m = CRI_LINE.match(line) if line[:1].isdigit() or forced == "cri" else None  # CRI lines start with a digit
             if m:
-                return self._enveloped(envelopes.cri(m, source), line, source, position)
+                return self._enveloped(self._linked(envelopes.cri(m, source), source), line, source, position)
             if forced == "cri":
                 raise Rejected("wrong-format: not a CRI log line (<time> <stream> <P|F> <content>) but --format cri")
         body = _strip(line)
@@ -493,7 +502,7 @@ class LineParser:
         elif kind == "elastic":
             env = envelopes.elastic(doc, self._app_keys)
         elif kind == "docker_json":
-            env = envelopes.docker_json(doc, source)
+            env = self._linked(envelopes.docker_json(doc, source), source)
         else:
             if decoded.conflicts:
                 raise Rejected(self._dup_reason(decoded.conflicts))

@@ -378,7 +378,7 @@ class IngestRun:
 
     def _ingest_chunks(self, chunks: Iterator[parse_pool.Chunk], source: str, on_line: Callable[[], None] | None) -> None:
         if self._pool is None:
-            self._pool = parse_pool.ParsePool(self.workers, self._parser_kwargs)
+            self._pool = parse_pool.ParsePool(self.workers, self._parser_kwargs, self.parser.streams)
         # Chunks submitted ahead of the one taken next: enough for the workers to keep parsing while
         # this process writes and commits a whole group (``commit_units``), bounded in bytes. With
         # 2 × workers chunks ahead the workers finished them during the write and waited (measured,
