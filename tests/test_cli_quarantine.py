@@ -48,6 +48,11 @@ def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_p
     none = _run("quarantine", "--database-url", database_url, "--run", "no-such-run")
     assert none.output.strip() == "no quarantined line matches"
 
+    typo = _run("quarantine", "--database-url", database_url, "--reason", "missing-txn", "--output", "json")
+    assert typo.exit_code == 0 and json.loads(typo.stdout)["total"] == 0
+    assert typo.stderr == ("draudit: no quarantined line has a reason starting 'missing-txn'; reasons stored: "
+                           "bad-timestamp (1), missing-transaction-id (1), unparseable (1)\n")
+
 
 def test_a_line_refused_again_for_another_reason_is_listed_with_the_new_reason(tmp_path, database_url):
     path = tmp_path / "local.log"
