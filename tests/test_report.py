@@ -451,6 +451,7 @@ def test_verify_archive_and_cli(sessions, tmp_path, bundle, database_url):
                               "--out", str(tmp_path / "pack"), "--sign-key", str(tmp_path / "k.key"), "--archive",
                               "--database-url", database_url], env={"DRAUDIT_POLICY_BUNDLE": str(bundle)})
     assert res.exit_code == 0, res.output
+    assert "not signed" not in res.output
     archive = tmp_path / "pack.tar.gz"
     assert archive.is_file()
     res = runner.invoke(cli, ["verify", str(archive), "--public-key", str(tmp_path / "k.pub")])

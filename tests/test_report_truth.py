@@ -206,7 +206,11 @@ def test_scope_names_the_store_never_saw_are_stated_on_the_cover_and_warned_by_t
                         env={"DRAUDIT_POLICY_BUNDLE": str(bundle)})
     assert res.exit_code == 0, res.output
     assert res.stderr.splitlines() == ["warning: no object of cluster prod-eu-l was ever recorded in this store "
-                                       "(known clusters: prod-eu-1) (the pack says so on its cover)"]  # no policy advice:
+                                       "(known clusters: prod-eu-1) (the pack says so on its cover)",
+                                       "draudit: warning: the pack is not signed (no --sign-key or DRAUDIT_SIGN_KEY): "
+                                       "`draudit verify --public-key` fails on it and its manifest proves integrity only "
+                                       "(whoever rewrote a file could rewrite the manifest too); create a key with "
+                                       "`draudit keys generate` and render the pack again with it"]  # no policy advice:
     # nothing of that scope was observed, an evaluation would find nothing to decide on (the pack says so)
     assert "warning" not in res.stdout
 
