@@ -107,6 +107,8 @@ def hand_made() -> list[str]:
         fluent(_with(NESTED, **{"@timestamp": None}), time="not a time"),
         fluent(_with(NESTED, **{"@timestamp": None}), time=1741083300.067),
         fluent(_with(NESTED, **{"@timestamp": "2025-03-04T11:15:00.067+01:00"})),
+        fluent(_with(NESTED, **{"@timestamp": "2025-03-04T11:15:00.067462Z"})),  # CET written with a Z: after the write
+        fluent(_with(NESTED, **{"@timestamp": "2025-03-04T10:15:00.967Z"})),  # 0.9 s after it: within the slack
         fluent(_with(NESTED, **{"@timestamp": "2025-02-30T10:15:00Z"})),
         fluent(NESTED, time="2025-03-04T10:15:00"),
         # local times a daylight-saving change repeats and skips (Europe/Berlin and Europe/Warsaw alike)

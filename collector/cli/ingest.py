@@ -104,6 +104,13 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
                 click.echo(f"  the quarantined lines: draudit quarantine --source {shlex.quote(source)}{store}")
             if len(run.quarantined_sources) > _HINTS:
                 click.echo(f"  (and {len(run.quarantined_sources) - _HINTS} more input(s) with quarantined lines)")
+    late = run.parser.builder.logged_after_written
+    if late:
+        click.echo(f"draudit: warning: {late} record(s) have an event time more than a second later than the "
+                   "container runtime wrote their line, which cannot be: the application writes its times in another "
+                   "zone than it states (a local time with a Z) or they are misread (log-formats §5.4); they are "
+                   "attributed at the times as logged — each record's draudit.warnings says by how much; fix the "
+                   "application's zone (or --default-tz for zone-less times) and ingest again", err=True)
     unwatched = _unwatched_cluster(sessions, settings.cluster) if counts.stored else None
     if unwatched:
         click.echo(f"draudit: warning: cluster {settings.cluster!r} has no watch history in this store (watched: "

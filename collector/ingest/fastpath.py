@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from collector.ingest import envelopes, timestamps
 from collector.ingest.jsondoc import JsonRejected
 from collector.ingest.pan import has_unicode_escape, may_contain_pan
-from collector.ingest.payloads import Rejected, _in_range, _scalar_text, aliased_id, aliased_text, detect_format, prepare
+from collector.ingest.payloads import (Rejected, _in_range, _scalar_text, aliased_id, aliased_text, detect_format,
+                                       logged_after_written, prepare)
 from collector.ingest.record import (COLUMN_LIMITS, POSITION_CHARS, OutOfRange, attributes_json, coerce_latency_ms,
                                      event_text, ledger_template)
 from collector.store.canonical import content_hash
@@ -150,6 +151,7 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     twice = timestamps.ambiguous_local_time(time) if time is not None else None
     if twice:
         warnings.append(twice)  # as RecordBuilder.build
+    late = None
     if time is None:
         if runtime_ns is None:
             return None
@@ -158,6 +160,9 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
         extra = {"draudit.event_time_source": "envelope"}
     else:
         extra = None
+        late = logged_after_written(time[0], runtime_ns)
+        if late:
+            warnings.append(late)
 
     model_name = aliased_text(lookup, flat, "model_name", consumed)
     model_version = aliased_text(lookup, flat, "model_version", consumed)
@@ -218,6 +223,8 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
               pod_name, container_name, node_name, _same(model_name), _same(model_version),
               _same(decision), latency, tid, sid, fmt, "fluentbit", source, position and position[:POSITION_CHARS],
               raw_sha256, dedup_key, attributes_text)
+    if late:
+        builder.logged_after_written += 1
     return source, position, values, exact, ledger_template(values, exact)
 
 

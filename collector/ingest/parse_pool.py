@@ -72,11 +72,14 @@ def _unit(o: Outcome) -> Unit:
 
 @dataclass(slots=True)
 class ParsedChunk:
-    """A worker's result: one unit per outcome (``Unit``), PANs masked, and whether a partial line was left open."""
+    """A worker's result: one unit per outcome (``Unit``), PANs masked, whether a partial line was
+    left open, and records whose event time is later than their runtime write time
+    (``payloads.logged_after_written``)."""
 
     units: list[Unit]
     pan_masked: int
     open_partial: bool
+    logged_after_written: int = 0
 
     def outcomes(self) -> list[Outcome]:
         """The outcomes, records as ``PreparedRecord``."""
@@ -163,6 +166,7 @@ def parse_chunk(source: str, chunk: Chunk) -> ParsedChunk:
     assert parser is not None, "parse_chunk runs in a pool worker set up by ParsePool"
     parser.drop_pending_partials()
     masked_before = parser.masker.masked
+    late_before = parser.builder.logged_after_written
     units: list[Unit] = []
     feed = parser.feed_bytes
     fast = fastpath.unit
@@ -177,7 +181,8 @@ def parse_chunk(source: str, chunk: Chunk) -> ParsedChunk:
             units.append(_unit(o))
     open_partial = parser.has_pending_partials
     parser.drop_pending_partials()
-    return ParsedChunk(units, parser.masker.masked - masked_before, open_partial)
+    return ParsedChunk(units, parser.masker.masked - masked_before, open_partial,
+                       parser.builder.logged_after_written - late_before)
 
 
 class WorkerFailed(RuntimeError):

@@ -87,6 +87,24 @@ def _what_it_is(value: Any) -> str:
     return f"is a {type(value).__name__}"
 
 
+# The line's own clock and the container runtime's are the node's: an event time later than the
+# runtime's write time of the same line is impossible, but for a clock step (slack).
+AFTER_WRITE_SLACK_NS = timestamps.NS_PER_S
+
+
+def logged_after_written(event_ns: int, runtime_ns: int | None) -> str | None:
+    """A warning when the application's event time (``event_ns``, epoch ns UTC, the start of its
+    precision interval) is more than ``AFTER_WRITE_SLACK_NS`` later than the time the container
+    runtime (or the shipper reading it) stamped on the same line: a zone or parse problem on the
+    application's side (log-formats.md §5.4: app event time ≤ CRI time, "a negative gap means a
+    parser/zone bug"), such as local time written with a ``Z``. None otherwise, or without a runtime time."""
+    if runtime_ns is None or event_ns <= runtime_ns + AFTER_WRITE_SLACK_NS:
+        return None
+    return (f"event time is {(event_ns - runtime_ns) / timestamps.NS_PER_S:.3f} s later than the runtime wrote the "
+            "line: a zone or clock problem on the application's side (an event is logged before it is written); "
+            "attribution uses the event time as logged")
+
+
 class RecordBuilder:
     """Turns a flattened application record plus its envelope into a ``CanonicalRecord``.
 
@@ -98,6 +116,7 @@ class RecordBuilder:
         self.aliases = aliases
         self.default_tz = default_tz
         self.cluster = cluster
+        self.logged_after_written = 0  # records built with that warning (``logged_after_written``)
 
     def event_time(self, flat: dict[str, Any], consumed: set[str]) -> tuple[int, int] | None:
         """``(epoch_ns, precision_ns)`` from the payload, or None when it has no time field.
@@ -186,6 +205,7 @@ class RecordBuilder:
         twice = timestamps.ambiguous_local_time(payload_time) if time is payload_time and payload_time else None
         if twice:
             warnings.append(twice)  # a local time the default zone shows twice
+        late = None
         if time is None:
             if env.runtime_time_ns is None:
                 if env.extras.get("observed_time_ns"):
@@ -200,6 +220,9 @@ class RecordBuilder:
             extra = {"draudit.event_time_source": "envelope"}
         else:
             extra = {}
+            late = logged_after_written(time[0], env.runtime_time_ns) if env.kind != "none" else None
+            if late:
+                warnings.append(late)
 
         model_name, model_version, decision = (aliased_text(a.lookup, flat, name, consumed)
                                                for name in ("model_name", "model_version", "decision"))
@@ -267,6 +290,8 @@ class RecordBuilder:
         col = rec.too_long()
         if col:
             raise Rejected(f"field-too-long: {col} is longer than its column allows")
+        if late:
+            self.logged_after_written += 1
         return rec
 
 

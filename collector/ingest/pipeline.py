@@ -406,6 +406,7 @@ class IngestRun:
             self._parse_here(chunk, source)  # a partial line spans the chunk's edge: parse it here, in order
             return
         self.parser.masker.masked += parsed.pan_masked
+        self.parser.builder.logged_after_written += parsed.logged_after_written
         self.add(parsed.outcomes())
 
     def end_source(self, source: str, *, continued: bool = False) -> None:
