@@ -252,3 +252,40 @@ def test_a_payload_cut_inside_a_pan_within_a_complete_envelope_keeps_its_first_s
     [other] = LineParser(cluster="c").feed_bytes(line.replace("5500005555", "55").replace("5500 0055 55", "55")
                                                  .encode(), "shipper.jsonl", "1")
     assert "pan 55" in other.raw_text and "*" not in other.raw_text
+
+
+def _sweep_pairs() -> list[tuple[str, str, str]]:
+    """``(name, P line, F line)`` for a PAN, bare and grouped, cut at every position, in each envelope
+    (the breaker's sweep: the raw lines joined by a newline and a runtime prefix showed no 13
+    digits in a row, so the joined payload was never scanned)."""
+    pairs = []
+    for pan in (PAN, "4111 1111 1111 1111", "5500-0000-0000-0004"):
+        for cut in range(1, len(pan)):
+            head, tail = APP_HEAD + pan[:cut], pan[cut:] + APP_TAIL
+            pairs.append((f"cri-{pan}-{cut}", f"2025-06-04T10:15:06.1Z stdout P {head}",
+                          f"2025-06-04T10:15:06.2Z stdout F {tail}"))
+            pairs.append((f"fluentbit-{pan}-{cut}", _fluent("_p", "P", head), _fluent("_p", "F", tail)))
+            pairs.append((f"docker-{pan}-{cut}",
+                          json.dumps({"log": head, "stream": "stdout", "time": "2025-06-04T10:15:06.1Z"}),
+                          json.dumps({"log": tail + "\n", "stream": "stdout", "time": "2025-06-04T10:15:06.2Z"})))
+    return pairs
+
+
+def test_a_pan_cut_anywhere_between_two_chunks_of_one_run_is_masked_in_the_record(sqlite_db, tmp_path):
+    url, sessions, db_path = sqlite_db
+    pairs = _sweep_pairs()
+    for i, (name, first, second) in enumerate(pairs):
+        path = tmp_path / f"{name.split('-')[0]}-{i}.log"  # one file per pair: one stream each
+        path.write_text(first.replace("SPLIT-1", f"SPLIT-{i}") + "\n" + second.replace("SPLIT-1", f"SPLIT-{i}") + "\n")
+        run = IngestRun(sessions, Settings(database_url=url, cluster="prod-eu"), workers=1)
+        with open(path, "rb") as f:
+            run.ingest_stream(f, str(path))
+        counts = run.finish()
+        assert (counts.stored, counts.quarantined, counts.pan_masked) == (1, 0, 1), name
+    with sessions() as s:
+        messages = [r.attributes["message"] for r in s.execute(select(InferenceRecord)).scalars()]
+    assert len(messages) == len(pairs)
+    assert {re.sub(r"[ \-]", "", m) for m in messages} == {"card411111******1111ok", "card550000******0004ok"}
+    blob = b"".join(p.read_bytes() for p in db_path.parent.glob(db_path.name + "*"))
+    for pan in (PAN, "4111 1111 1111 1111", "5500000000000004", "5500-0000-0000-0004"):
+        assert pan.encode() not in blob

@@ -648,8 +648,11 @@ class LineParser:
             raise Rejected(f"unparseable: the {env.kind} application field is a {type(payload).__name__}")
         fmt = self.forced if self.forced in PAYLOAD_FORMATS else detect_format(doc)
         flat = prepare(doc, fmt)
-        if may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) or self._decoder.saw_exponent \
-                or self._source_may_contain_pan(source):
+        # A line joined from partial chunks (``hashed``) is scanned whatever its raw lines show: a PAN
+        # cut between two chunks has a newline and a runtime's or shipper's prefix between its
+        # digits there, which the raw lines' pre-filter cannot join.
+        if hashed is not None or may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) \
+                or self._decoder.saw_exponent or self._source_may_contain_pan(source):
             masker = self.masker
             hash_text = hashed() if hashed is not None else mask_text(raw)[0]
             if self._decoder.saw_exponent:  # 4.111111111111111e15 is a PAN that mask_text does not read
