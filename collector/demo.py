@@ -176,7 +176,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
     t0 = time.monotonic()
     say("starting the fake Kubernetes API server and the watcher", 0.01)
-    srv = FakeApiServer()
+    srv = FakeApiServer(bookmark_interval_s=10.0)  # a real API server's ~1/min, within the read timeout below
     srv.start()
     http = None
     watcher = Watcher(settings, sessions, make_api_client(host=srv.url),

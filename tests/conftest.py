@@ -88,10 +88,13 @@ def sessions(engine):
 
 @pytest.fixture
 def srv():
-    """A started fake Kubernetes API server (``collector.sim``) on a free loopback port."""
+    """A started fake Kubernetes API server (``collector.sim``) on a free loopback port. It sends a
+    BOOKMARK every 0.3 s to watches that ask, as a real API server does about every minute: the
+    watcher tests' read timeout (1 s, ``watch_support.FAST``) then fires only on a silent stream,
+    as the 75 s default does against a real server (not on a quiet one)."""
     from collector.sim import FakeApiServer
 
-    server = FakeApiServer()
+    server = FakeApiServer(bookmark_interval_s=0.3)
     server.start()
     yield server
     server.stop()

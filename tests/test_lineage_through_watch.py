@@ -448,6 +448,7 @@ def test_transaction_during_a_coverage_gap_is_unattributed(srv, sessions, databa
     """Writes the watches never see, history compacted, API server restarted: resuming is refused
     (410), the watcher relists and records a gap. A transaction inside the gap is ``unattributed``
     / ``coverage-gap`` although the same pod was exact on GPU A just before and just after it."""
+    srv.bookmark_interval_s = None  # the watches hear nothing but the bookmarks sent below
     _inventory(srv)
     srv.apply(_template())
     pod, claim = _template_pod_up(srv, "fraud-scorer-2", "gpu-node-a", "gpu-0", suffix="z9v3n")

@@ -78,6 +78,53 @@ def test_1_silent_connection_detected_and_resumed(srv, sessions, watcher_factory
     assert int(watches[-1]["resourceVersion"]) >= before
 
 
+def _ns(dt) -> int:
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def test_1b_changes_a_silent_stream_held_back_are_a_coverage_gap(srv, sessions, watcher_factory):
+    """A half-open connection (headers, then nothing): the claims made meanwhile reach the store only
+    when the read timeout has fired and the watch is resumed, observed then — seconds after they
+    were made. The span from the stream's last contact until they are recorded is a gap: a
+    transaction in it cannot be told the claims' state (the breaker's `exact` on a replaced GPU)."""
+    w = watcher_factory()
+    _synced(w)
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
+    srv.close_watches()
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+    stalled = time.time_ns()
+    time.sleep(0.2)
+    made = time.time_ns()
+    for i in range(2):
+        srv.apply(claim(f"late{i}"))
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 2, timeout_s=15, what="the held-back claims")
+    wait_until(lambda: [g for g in gaps(sessions, "ResourceClaim") if g.ended_ns], what="the gap closed")
+    (gap,) = gaps(sessions, "ResourceClaim")
+    with sessions() as s:
+        observed = [_ns(t) for t in s.execute(select(ObjectVersion.observed_at).where(ObjectVersion.kind == "ResourceClaim"))
+                    .scalars()]
+    assert gap.started_ns <= stalled < made  # from the stalled stream's last contact (its headers) ...
+    assert min(observed) - made >= 700_000_000  # ... while the claims arrived a read timeout late ...
+    assert max(observed) <= gap.ended_ns  # ... until they were in
+    assert "silent" in gap.reason and gaps(sessions, "Pod") == []
+    wait_until(lambda: w.readiness().ready, what="ready again after the gap")
+
+
+def test_1c_a_silent_stream_that_held_nothing_back_is_no_gap(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
+    srv.close_watches()
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+    watches = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"])
+    wait_until(lambda: len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"]) > watches,
+               what="the watch resumed after the read timeout")
+    time.sleep(1.5)  # the resumed watch's bookmarks came first: nothing was held back
+    srv.apply(claim("live"))
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 1, what="the claim")
+    assert gaps(sessions) == []
+
+
 def test_2_stream_cut_mid_event_keeps_complete_events_once(srv, sessions, watcher_factory):
     w = watcher_factory()
     _synced(w)

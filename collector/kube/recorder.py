@@ -181,8 +181,9 @@ class Recorder:
     def submit_synced(self, spec: KindSpec, list_rv: str, at_ns: int) -> None:
         self._put(_Op("synced", spec, at_ns, list_rv))
 
-    def submit_gap(self, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int) -> None:
-        self._put(_Op("gap", spec, (reason, at_ns), from_rv))
+    def submit_gap(self, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int,
+                   since_ns: int | None = None) -> None:
+        self._put(_Op("gap", spec, (reason, at_ns, since_ns), from_rv))
 
     def _put(self, op: _Op) -> None:
         if self.fenced_out.is_set():
@@ -420,11 +421,14 @@ class Recorder:
         st.updated_at = datetime.now(timezone.utc)
         s.flush()
 
-    def _mark_gap(self, s: Session, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int) -> None:
+    def _mark_gap(self, s: Session, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int,
+                  since_ns: int | None = None) -> None:
         st = self._ensure_state(s, spec, at_ns)
         # Events after the last committed resume point may be lost: the gap starts at the last
-        # moment we know we were complete (last commit or bookmark), not when we noticed.
-        gap_start = min(at_ns, max(st.state_since_ns, dt_to_ns(st.updated_at)))
+        # moment we know we were complete (last commit or bookmark, or the stream's last contact
+        # when the reflector knows it: ``since_ns``), not when we noticed.
+        known_complete = dt_to_ns(st.updated_at) if since_ns is None else since_ns
+        gap_start = min(at_ns, max(st.state_since_ns, known_complete))
         if st.state == "synced":
             s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, gap_start, st.state_from_rv, from_rv, None)
         elif st.state == "stopped":  # the collector was not running until now: that, then the gap

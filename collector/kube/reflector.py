@@ -34,7 +34,7 @@ from urllib.parse import urlencode
 import kubernetes
 import orjson
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError as Urllib3HTTPError
+from urllib3.exceptions import HTTPError as Urllib3HTTPError, ReadTimeoutError
 
 from collector.kube.discovery import KindSpec
 from collector.timeutil import now_ns
@@ -86,8 +86,12 @@ class Sink(Protocol):
     def submit_synced(self, spec: KindSpec, list_rv: str, at_ns: int) -> None:
         """The kind is fully observed from ``at_ns`` on (after a LIST, or a successful resume)."""
 
-    def submit_gap(self, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int) -> None:
-        """Events after ``from_rv`` may be lost (410 Gone); a gap is open until the next sync."""
+    def submit_gap(self, spec: KindSpec, from_rv: str | None, reason: str, at_ns: int,
+                   since_ns: int | None = None) -> None:
+        """Events after ``from_rv`` may be lost (410 Gone) or were delivered late (a silent stream);
+        a gap is open until the next sync. ``at_ns``: when it was noticed; ``since_ns``: the last
+        instant the stream is known to have been complete, when the reflector knows it (else the
+        sink takes its last commit or bookmark)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -198,6 +202,12 @@ class Reflector:
         self._relisting = False
         self._resume_refused = False
         self._confirm_lock = threading.Lock()
+        # A stream found silent (read timeout): its last contact, until the resumed watch shows
+        # whether changes were held back meanwhile (``_after_silence``); when the resumed watch was
+        # answered; a gap opened for the replay, to close once the replayed changes are submitted.
+        self._silent_since_ns: int | None = None
+        self._connected_ns = 0
+        self._replay_gap_open = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -306,6 +316,7 @@ class Reflector:
                 raise _Expired(f"HTTP 410 on watch from resourceVersion {self.resume_rv}") from None
             raise
         self._response = resp
+        self.last_contact_ns = self._connected_ns = now_ns()  # the server answered: contact
         confirm = None
         if not self.synced.is_set():
             self._resume_refused = False
@@ -327,10 +338,19 @@ class Reflector:
                     self._handle_line(line, position, pending)
                 # The server flushes when its queue is empty, so a chunk boundary is a natural batch end.
                 self._flush(pending)
+                if self._replay_gap_open:  # the held-back changes are in: complete again from here
+                    self._replay_gap_open = False
+                    self.sink.submit_synced(self.spec, self.resume_rv, now_ns())
+                    self.in_gap = False
                 if self.stop_event.is_set():
                     break
         except Urllib3HTTPError as exc:
             self._flush(pending)  # complete events before the failure are kept
+            if isinstance(exc, ReadTimeoutError) and self._silent_since_ns is None:
+                # Nothing for read_timeout_s, not even a bookmark (~1/min when asked for): a
+                # half-open connection, most likely (watch-semantics §7). What changed after the
+                # last contact is replayed by the resumed watch, late (``_after_silence``).
+                self._silent_since_ns = self.last_contact_ns
             raise _StreamError(f"watch stream broke: {exc}") from None
         finally:
             if confirm is not None:
@@ -340,6 +360,7 @@ class Reflector:
                 resp.release_conn()
             except Exception:  # noqa: BLE001
                 pass
+        self._silent_since_ns = None  # a stream that ended cleanly after the silence replayed nothing
         self._backoff.reset()
 
     def _handle_line(self, line: bytes, position: int, pending: list[ObservedEvent]) -> None:
@@ -364,6 +385,8 @@ class Reflector:
                 raise _Expired(f"{obj.get('reason', 'Expired')}: {message}")
             raise _StreamError(f"ERROR event {code}: {message}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if self._silent_since_ns is not None:
+            self._after_silence(event_type, pending)
         if event_type == "BOOKMARK":
             self._flush(pending)
             if rv:
@@ -388,6 +411,26 @@ class Reflector:
         if rv:
             self.resume_rv = rv
             self._pending_rv = rv
+
+    def _after_silence(self, event_type: str, pending: list[ObservedEvent]) -> None:
+        """The first event of the watch resumed after a silent stream. Changes the server replays at
+        once were made while we heard nothing: they are recorded when they arrive, but they happened
+        at some unknown time since the last contact — a coverage gap from then until they are in
+        (``_watch_once`` closes it after the chunk). A bookmark first, or a change only after
+        ``resume_confirm_s``, means nothing was held back: no gap (a quiet stream that timed out)."""
+        since, self._silent_since_ns = self._silent_since_ns, None
+        if event_type not in ("ADDED", "MODIFIED", "DELETED") or since is None \
+                or now_ns() - self._connected_ns > self.settings.resume_confirm_s * 1e9:
+            return
+        self._flush(pending)
+        log.warning("%s: the watch resumed after a silent stream replays changes made since %s: coverage gap until "
+                    "they are recorded", self.spec.kind, since)
+        self.sink.submit_gap(self.spec, self.resume_rv, "watch stream silent (read timeout, a half-open connection?): "
+                             "changes made meanwhile were delivered late", now_ns(), since_ns=since)
+        if self.metrics:
+            self.metrics.gaps.labels(self.spec.kind).inc()
+        self.in_gap = True
+        self._replay_gap_open = True
 
     def _confirm_resume(self, rv: str | None) -> None:
         """The server accepted our stored resume point: nothing was lost, the kind is synced."""
