@@ -90,6 +90,9 @@ def hand_made() -> list[str]:
         fluent(_with(NESTED, **{"@timestamp": "4111111111111111"})), fluent(_with(NESTED, **{"@timestamp": 378282246310005})),
         fluent(_with(NESTED, message="v1.2.3 at 10.4.12.21 took 12.345", latency_ms=1234.5678)),
         fluent(_with(NESTED, message="ref ٤١١١١١١١١١١١١١١١")),  # Arabic-Indic digits
+        # a card layout only the flattened names show (Spring 3.5 nests dotted MDC names)
+        fluent(_with(NESTED, **{"4790": {"4242": {"7528": {"3271": "x"}}}})),
+        fluent(_with(NESTED, mdc={"ref": {"2024": {"0611": "x"}}})),  # digits, no card: the fast path keeps it
         # duplicate keys: top level, in kubernetes, in the app object (both sides), agreeing or not
         fluent(NESTED).replace('"stream":"stdout"', '"stream":"stdout","stream":"stderr"'),
         fluent(NESTED).replace('"stream":"stdout"', '"stream":"stdout","stream":"stdout"'),

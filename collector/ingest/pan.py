@@ -54,7 +54,7 @@ import hmac
 import re
 import unicodedata
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Iterable
 
 PAN_MIN_DIGITS = 13
 PAN_MAX_DIGITS = 19
@@ -258,6 +258,26 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escape
 
 
 _LAST_VERDICT: tuple[Any, Any, bool] = (None, None, True)  # (text, unicode_escapes, may_contain_pan's answer)
+_NOT_ASCII_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
+
+
+def member_names_may_contain_pan(names: Iterable[str]) -> bool:
+    """False when no name among ``names`` can hold a PAN; for the keys of a flattened record
+    (``payloads.prepare``), whose dots join the member names of nested objects:
+    ``{"4790":{"4242":{"7528":{"3271":…}}}}`` is the key ``4790.4242.7528.3271``, a card layout the
+    raw line's pre-filter (``may_contain_pan``) never sees whole — its groups stand apart there,
+    between quotes and braces. Spring Boot 3.5's nested ECS nests every dotted MDC name so.
+
+    Conservative: ASCII names with fewer than 13 digits in all → False; otherwise the names joined
+    by ``|`` (which joins no digit run) get ``may_contain_pan``'s test (without its one-entry cache,
+    which holds the line's own answer)."""
+    joined = "|".join(names)
+    if joined.isascii() and len(joined.encode("ascii").translate(None, _NOT_ASCII_DIGITS)) < PAN_MIN_DIGITS:
+        return False
+    if _may_contain_pan(joined):
+        return True
+    decoded = percent_separators_decoded(joined) if "%" in joined else joined
+    return decoded is not joined and _may_contain_pan(decoded)
 
 
 def _may_contain_pan(text: str) -> bool:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any, Callable, Iterable
@@ -44,7 +45,7 @@ from collector.ingest.otlp import (OTLP_SNIFF_BYTES, OtlpLogRecord, OtlpMalforme
                                    looks_like_export_request, records_from_json, value_depth, without_nul)
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
                                   mask_cut_end, mask_cut_start, mask_exponent_numbers, mask_text, may_contain_pan,
-                                  number_holds_pan)
+                                  member_names_may_contain_pan, number_holds_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.ingest.rotation import log_stream
@@ -62,6 +63,8 @@ QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
 # first keeps its first 6 digits (``pan.mask_cut_end``), the start of the second its last 4
 # (``pan.mask_cut_start``): together no more than a masked PAN shows. Where each piece's payload
 # is written in its raw line: ``_payload_spans``.
+
+_ANY_DIGIT = re.compile(r"\d")  # a raw hash's text when a PAN may hide in member names
 
 
 _JSON_KIND = {str: "a JSON string", int: "a JSON number", float: "a JSON number", list: "a JSON array",
@@ -651,12 +654,15 @@ class LineParser:
         # A line joined from partial chunks (``hashed``) is scanned whatever its raw lines show: a PAN
         # cut between two chunks has a newline and a runtime's or shipper's prefix between its
         # digits there, which the raw lines' pre-filter cannot join.
+        names_pan = member_names_may_contain_pan(flat)  # nested member names joined into a card layout
         if hashed is not None or may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) \
-                or self._decoder.saw_exponent or self._source_may_contain_pan(source):
+                or self._decoder.saw_exponent or self._source_may_contain_pan(source) or names_pan:
             masker = self.masker
             hash_text = hashed() if hashed is not None else mask_text(raw)[0]
             if self._decoder.saw_exponent:  # 4.111111111111111e15 is a PAN that mask_text does not read
                 hash_text = mask_exponent_numbers(hash_text)[0]
+            if names_pan:  # the line shows the PAN's groups apart, which mask_text does not join
+                hash_text = _ANY_DIGIT.sub("*", hash_text)
             raw_sha256 = _sha256(hash_text)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)
