@@ -160,6 +160,25 @@ def test_the_same_line_with_less_pod_identity_is_a_duplicate_not_a_conflict(sess
         counts = run(*lines)
         assert (counts["conflicts"], counts["stored"] + counts["duplicates"]) == (1, 3), (n, counts)
 
+    # a breaker's finding: the node is not part of the dedup key (every shipper of a line gives one
+    # key; a CRI file names no node), so the same event under another node was dropped as a
+    # duplicate — the README promises a conflict, in either order, and the copy sent again is a duplicate
+    host = doc["kubernetes"]["host"]
+    other_node = json.dumps(dict(doc, kubernetes=dict(doc["kubernetes"], host=host + "-b")))
+    no_node = json.dumps(dict(doc, kubernetes={k: v for k, v in doc["kubernetes"].items() if k != "host"}))
+    for n, order in enumerate(((full, other_node, other_node), (other_node, full, full))):
+        counts = run(*[x.replace("T-000193", f"T-00040{n}") for x in order])
+        assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 2, "duplicates": 1,
+                                                                                 "conflicts": 1}, (n, counts)
+    assert run(*[x.replace("T-000193", "T-000400") for x in (full, other_node)])["duplicates"] == 2  # a later run
+    with sessions() as s:
+        assert s.execute(select(InferenceRecord.node_name, InferenceRecord.conflict)
+                         .where(InferenceRecord.transaction_id == "T-000401").order_by(InferenceRecord.id)).all() == [
+            (host + "-b", False), (host, True)]
+    # a copy without the node, or one adding it, is the same record (the node follows from the pod)
+    counts = run(*[x.replace("T-000193", "T-000410") for x in (no_node, full, no_node)])
+    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 1, "duplicates": 2, "conflicts": 0}
+
 
 PANS = ["4111111111111111", "5555555555554444", "378282246310005", "6011111111111117"]
 

@@ -84,6 +84,7 @@ _EVENT = itemgetter(*[PREPARED_COLUMNS.index(c) for c in EVENT_COLUMNS])  # valu
 _IDENTITY = itemgetter(*[PREPARED_COLUMNS.index(c) for c in IDENTITY_COLUMNS])
 _KEY = PREPARED_COLUMNS.index("dedup_key")
 _DECISION = PREPARED_COLUMNS.index("decision")
+_NODE = PREPARED_COLUMNS.index("node_name")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
 _SQLITE_INSERT = (f"INSERT INTO inference_records ({', '.join(INSERT_COLUMNS)}) "
                   f"VALUES ({', '.join('?' for _ in INSERT_COLUMNS)}) ON CONFLICT (dedup_key) DO NOTHING")
@@ -189,6 +190,32 @@ def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
     return duplicate, conflict
 
 
+_IDENTITY_NODE = IDENTITY_COLUMNS.index("node_name")
+
+
+def _under_another_node(event: Event, stored: list[Event]) -> bool:
+    """Whether a stored scored record is the same event (``_same_values``, same cluster, same pod
+    identity but the node) under another node, both known: the record whose content key ``event``
+    shares, contradicted."""
+    identity, node = event[1], event[1][_IDENTITY_NODE]
+    if node is None:
+        return False
+    return any(_same_values(event, s) and event[2] == s[2] and s[1][_IDENTITY_NODE] not in (None, node)
+               and all(a == b for i, (a, b) in enumerate(zip(identity, s[1])) if i != _IDENTITY_NODE)
+               for s in stored)
+
+
+def _with_node_key(rec: PreparedRecord) -> tuple[PreparedRecord, tuple[Any, ...], str]:
+    """``rec`` under the dedup key of its content and its node (``content_hash`` of both): a
+    scored event whose content key a record of another node holds. Deterministic, so the same
+    copy re-sent is a duplicate of it. Its ledger leaf template held the old key: dropped (the row
+    is hashed whole)."""
+    values = list(rec.values)
+    values[_KEY] = content_hash({"dedup_key": rec.values[_KEY], "node_name": rec.values[_NODE]})
+    values = tuple(values)
+    return PreparedRecord(values, rec.exact_json, None), values, values[_KEY]
+
+
 def _known_rows(session: Session, txn_ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
     """``(transaction_id, dedup_key, has a decision, *KNOWN_EVENT_COLUMNS)`` of the stored records among ``txn_ids``
     (PostgreSQL: one ``= ANY(array)`` query; SQLite and others: by ``IN`` lists of ``LOOKUP_CHUNK`` ids)."""
@@ -276,8 +303,16 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
         values = rec.values
         key, txn = values[_KEY], values[_TXN]
         if key in existing_keys or key in batch_keys:
-            result.duplicates += 1
-            continue
+            # The key leaves the node out (every shipper of one line gives one key, a CRI file none),
+            # so the same scored event under another node has the key of the stored one: a
+            # contradiction to store, flagged (``_scored_again``), under a key of its own.
+            if values[_DECISION] is None or not _under_another_node(_event(values), scored_txns.get(txn, [])):
+                result.duplicates += 1
+                continue
+            rec, values, key = _with_node_key(rec)
+            if key in existing_keys or key in batch_keys:  # that contradiction delivered again
+                result.duplicates += 1
+                continue
         # A conflict is a transaction scored twice with different content: this record has a
         # decision and one with a decision is stored (or earlier in the batch) under another key
         # that is another event or another pod (``_scored_again``; the same event with no more pod
