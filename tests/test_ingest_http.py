@@ -309,6 +309,22 @@ def test_a_msgpack_body_gets_415_naming_the_fluent_bit_setting(sessions, databas
     assert count(sessions, Quarantine) == 0 and count(sessions, InferenceRecord) == 0
 
 
+@pytest.mark.parametrize("content_type", ["application/x-protobuf", "application/octet-stream", None])
+def test_an_otlp_protobuf_body_sent_to_v1_ingest_gets_415_naming_v1_logs(sessions, database_url, content_type):
+    """An otlphttp exporter whose logs endpoint names the wrong path: read as lines, the request was
+    81 junk quarantine rows answered 200, the batch lost as delivered (breaker's finding)."""
+    from test_ingest_formats import _to_protobuf
+
+    client = make_client(sessions, database_url)
+    body = _to_protobuf(json.loads((DATA / "otlp_logs.json").read_text()))
+    headers = {**AUTH, "Content-Type": content_type} if content_type else AUTH
+    for content, extra in ((body, {}), (gzip.compress(body), {"Content-Encoding": "gzip"})):
+        r = client.post("/v1/ingest", content=content, headers={**headers, **extra})
+        assert r.status_code == 415, r.text
+        assert "send OTLP to /v1/logs" in r.json()["error"]
+    assert count(sessions, Quarantine) == 0 and count(sessions, InferenceRecord) == 0
+
+
 def test_fluent_bit_json_stream_objects_back_to_back_are_units(sessions, database_url):
     """``Format json_stream``: one JSON object per record with nothing between them."""
     client = make_client(sessions, database_url)

@@ -186,25 +186,6 @@ def _end_source(run, paths, reals: dict[str, str], i: int) -> None:
 commands = [ingest_cmd]
 
 
-# Bytes of a protobuf message that no text log holds: C0 controls other than tab, LF, FF, CR, ESC.
-_BINARY_BYTES = frozenset(range(0x20)) - {0x09, 0x0A, 0x0C, 0x0D, 0x1B}
-_PROTOBUF_PEEK = 256
-
-
-def looks_like_otlp_protobuf(head: bytes) -> bool:
-    """True when ``head`` (the first bytes of an input, gunzipped) starts like a binary OTLP
-    ``ExportLogsServiceRequest``: field 1 (``resource_logs``, length-delimited: byte 0x0a), a
-    varint length, then a field 1-3 tag of ``ResourceLogs`` (0x0a, 0x12, 0x1a), and a control byte
-    no text log holds within the first ``_PROTOBUF_PEEK`` bytes (a text file that starts with
-    blank lines also starts with 0x0a)."""
-    if len(head) < 3 or head[0] != 0x0A:
-        return False
-    i = 1
-    while i < len(head) and head[i] & 0x80:  # varint continuation bytes
-        i += 1
-    return i + 1 < len(head) and head[i + 1] in (0x0A, 0x12, 0x1A) and any(b in _BINARY_BYTES for b in head[:_PROTOBUF_PEEK])
-
-
 def _refuse_protobuf(stream, source: str) -> None:
     """Raise ``UserError`` naming ``source`` when the input is an OTLP protobuf file.
 
@@ -212,7 +193,9 @@ def _refuse_protobuf(stream, source: str) -> None:
     and length bytes that read as digits); OTLP protobuf is read over HTTP, where a request is
     decoded as a whole.
     """
-    if looks_like_otlp_protobuf(stream.peek(_PROTOBUF_PEEK)[:_PROTOBUF_PEEK]):
+    from collector.ingest.otlp import PROTOBUF_PEEK_BYTES, looks_like_otlp_protobuf
+
+    if looks_like_otlp_protobuf(stream.peek(PROTOBUF_PEEK_BYTES)[:PROTOBUF_PEEK_BYTES]):
         raise UserError(f"{source}: this is binary OTLP protobuf (an ExportLogsServiceRequest), not a log file; "
                         "send it to the OTLP/HTTP endpoint instead (draudit run serves POST /v1/logs, "
                         "Content-Type: application/x-protobuf), or export OTLP/JSON to a file and ingest that")

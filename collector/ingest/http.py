@@ -45,7 +45,8 @@ from starlette.routing import Route
 from collector.ingest.jsonarray import (JsonArrayElements, arrays_one_per_line, feed_elements, feed_pretty, feed_values,
                                        json_object_stream, starts_pretty_object, starts_record_array)
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, JsonRejected, decode
-from collector.ingest.otlp import OtlpMalformed, export_response, json_depth_limit, records_from_json, records_from_protobuf
+from collector.ingest.otlp import (PROTOBUF_PEEK_BYTES, OtlpMalformed, export_response, json_depth_limit,
+                                   looks_like_otlp_protobuf, records_from_json, records_from_protobuf)
 from collector.ingest.pan import mask_text
 from collector.ingest.parser import storable
 from collector.ingest.pipeline import IngestRun
@@ -151,6 +152,17 @@ def _reject_msgpack(content_type: str, body: bytes | None = None) -> None:
     if "msgpack" in content_type or (body and 0x90 <= body[0] <= 0x9F):
         raise HttpProblem(415, f"body is msgpack (Content-Type {content_type or '(none)'!r}); /v1/ingest reads JSON: "
                                "set the Fluent Bit http output to 'Format json_lines' (or 'json')")
+
+
+def _reject_protobuf(content_type: str, body: bytes | None = None) -> None:
+    """Raise 415 for an OTLP protobuf body sent to ``/v1/ingest`` (an ``otlphttp`` exporter whose
+    logs endpoint names the wrong path): by its content type, or by its first bytes
+    (``otlp.looks_like_otlp_protobuf``). Read as lines it was junk quarantine rows, answered 200 —
+    the exporter dropped the batch as delivered."""
+    if content_type == "application/x-protobuf" or (body and looks_like_otlp_protobuf(body[:PROTOBUF_PEEK_BYTES])):
+        raise HttpProblem(415, f"body is OTLP protobuf (Content-Type {content_type or '(none)'!r}); /v1/ingest reads "
+                               "JSON lines or a JSON array: send OTLP to /v1/logs (an otlphttp exporter's "
+                               "logs_endpoint ends with /v1/logs)")
 
 
 def _new_run(settings: Settings, sessions: sessionmaker[Session], request_id: str) -> IngestRun:
@@ -261,8 +273,10 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
     async def ingest(request: Request, request_id: str) -> Response:
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         _reject_msgpack(ctype)
+        _reject_protobuf(ctype)
         body = await read_body(request, settings.ingest_max_body_bytes)
         _reject_msgpack(ctype, body)
+        _reject_protobuf(ctype, body)
         request_id = _body_request_id(request, body, settings)
         source = f"http:{request_id}"
 

@@ -56,6 +56,25 @@ def value_depth(value: Any) -> int:
     return deepest
 
 
+# Bytes of a protobuf message that no text log holds: C0 controls other than tab, LF, FF, CR, ESC.
+_BINARY_BYTES = frozenset(range(0x20)) - {0x09, 0x0A, 0x0C, 0x0D, 0x1B}
+PROTOBUF_PEEK_BYTES = 256
+
+
+def looks_like_otlp_protobuf(head: bytes) -> bool:
+    """True when ``head`` (the first bytes of an input, gunzipped) starts like a binary OTLP
+    ``ExportLogsServiceRequest``: field 1 (``resource_logs``, length-delimited: byte 0x0a), a
+    varint length, then a field 1-3 tag of ``ResourceLogs`` (0x0a, 0x12, 0x1a), and a control byte
+    no text log holds within the first ``PROTOBUF_PEEK_BYTES`` bytes (a text file that starts with
+    blank lines also starts with 0x0a)."""
+    if len(head) < 3 or head[0] != 0x0A:
+        return False
+    i = 1
+    while i < len(head) and head[i] & 0x80:  # varint continuation bytes
+        i += 1
+    return i + 1 < len(head) and head[i + 1] in (0x0A, 0x12, 0x1A) and any(b in _BINARY_BYTES for b in head[:PROTOBUF_PEEK_BYTES])
+
+
 def looks_like_export_request(prefix: bytes) -> bool:
     """True when ``prefix`` (the start of a line) is the start of an OTLP/JSON
     ``ExportLogsServiceRequest``: a JSON object with ``"resourceLogs"`` in its first
