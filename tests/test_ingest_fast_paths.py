@@ -655,3 +655,15 @@ def test_the_cached_utc_second_gives_what_parsing_the_whole_timestamp_gives(monk
     assert sum(timestamps._utc_fast(t) is not None for t in texts) > 3_000
     monkeypatch.setattr(timestamps, "_utc_fast", lambda text: None)
     assert [parse(t) for t in texts] == fast
+
+
+def test_an_impossible_zone_offset_is_a_bad_timestamp():
+    """RFC 3339 ``time-numoffset`` is ``time-hour ":" time-minute``: +25:00 or +01:60 is no instant
+    (it was read as one: 2025-06-04T10:15+25:00 became 09:15 the day before; breaker's finding)."""
+    from collector.ingest import timestamps
+
+    for text in ("2025-06-04T10:15:00.067+25:00", "2025-06-04T10:15:00+01:60", "2025-06-04T10:15:00-2400"):
+        with pytest.raises(timestamps.BadTimestamp, match="impossible zone offset"):
+            timestamps.parse_iso(text)
+    assert timestamps.parse_iso("2025-06-04T10:15:00.067+23:59")[0] == timestamps.parse_iso("2025-06-03T10:16:00.067Z")[0]
+    assert timestamps.parse_iso("2025-06-04T10:15:00-00:30")[0] == timestamps.parse_iso("2025-06-04T10:45:00Z")[0]

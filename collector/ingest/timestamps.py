@@ -215,8 +215,10 @@ def parse_iso(text: str, default_tz: str | None = None) -> tuple[int, int]:
     if zone_text not in ("Z", "z", "UTC"):
         sign = 1 if zone_text[0] == "+" else -1
         digits = zone_text[1:].replace(":", "")
-        offset_s = int(digits[:2]) * 3600 + (int(digits[2:4]) * 60 if len(digits) >= 4 else 0)
-        ns -= sign * offset_s * NS_PER_S
+        off_h, off_m = int(digits[:2]), (int(digits[2:4]) if len(digits) >= 4 else 0)
+        if off_h > 23 or off_m > 59:  # RFC 3339 time-numoffset: time-hour ":" time-minute
+            raise BadTimestamp(f"timestamp has an impossible zone offset {zone_text!r}")
+        ns -= sign * (off_h * 3600 + off_m * 60) * NS_PER_S
     return ns, precision
 
 
