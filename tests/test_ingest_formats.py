@@ -125,6 +125,22 @@ def test_collector_envelopes_carry_pod_identity(name):
     assert r.attributes["envelope.stream"] == "stdout"
 
 
+def test_vector_with_the_application_merged_at_the_root():
+    """``. = merge(., parse_json!(.message))`` in a Vector remap (log-formats §2.4): the app's fields
+    at the root, its own ``message`` text in place of the raw line — quarantined as "plain text"
+    before (a breaker's finding). The same record as Vector's plain event, with a warning."""
+    doc = json.loads((DATA / "vector.jsonl").read_text().splitlines()[0])
+    app = json.loads(doc["message"])
+    merged = {**doc, **app}
+    assert isinstance(merged["message"], str) and not merged["message"].startswith("{")
+    r = records(parse_stream(json.dumps(merged).encode(), "http:req-1"))[0]
+    assert business(r) == BUSINESS_193 and r.envelope == "vector"
+    assert (r.pod_uid, r.node_name, r.container_name) == (POD_UID, "gpu-node-07", "api")
+    assert r.attributes["message"] == app["message"]
+    assert any("merged at the root of the Vector event" in w for w in r.attributes["draudit.warnings"])
+    assert r.dedup_key() == records(parse_file("vector.jsonl", source="x"))[0].dedup_key()
+
+
 def test_all_shippers_give_one_dedup_key_for_one_transaction(tmp_path):
     keys = {name: records(parse_file(name, source="x"))[0].dedup_key() for name in SAME_POD_FILES}
     cri = tmp_path / "var/log/pods" / f"{NAMESPACE}_{POD_NAME}_{POD_UID}" / "api" / "0.log"

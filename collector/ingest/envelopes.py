@@ -294,10 +294,16 @@ def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
         env.extras["log_file_path"] = doc["file"]
         env.fill_from_path(doc["file"])
     msg = doc.get("message")
-    if isinstance(msg, (str, dict)):
+    top = {k: v for k, v in doc.items() if k not in _VECTOR_KEYS}
+    if isinstance(msg, str) and not msg.lstrip().startswith("{") and _looks_like_app(top, app_keys):
+        # ``. = merge(., parse_json!(.message))`` (log-formats §2.4: parse_json in VRL): the
+        # application's fields are at the root and its own ``message`` replaced the raw line
+        env.payload = {**top, "message": msg}
+        env.warnings.append("application fields merged at the root of the Vector event: its message is the "
+                            "application's, the raw line is not kept")
+    elif isinstance(msg, (str, dict)):
         env.payload = msg
     else:
-        top = {k: v for k, v in doc.items() if k not in _VECTOR_KEYS}
         env.payload = top if _looks_like_app(top, app_keys) else None
     return env
 
