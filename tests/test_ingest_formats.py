@@ -161,6 +161,30 @@ def test_fluentbit_merge_log_keep_log_duplicate_log_key_is_reconciled():
     assert r.attributes["log.level"] == "INFO"
 
 
+def test_fluentbit_merge_log_collisions_with_the_records_own_keys_are_warnings():
+    """``Merge_Log On`` without ``Merge_Log_Key`` and ``Keep_Log On``: the application's keys are
+    appended beside Fluent Bit's own, ``json_date_key @timestamp`` or an MDC ``stream`` collide
+    (log-formats §2.2). The raw ``log`` string is intact: the record is read from it, the envelope
+    keeps Fluent Bit's value, a warning names the member; a second ``kubernetes`` map is still refused."""
+    app = {"@timestamp": "2025-03-04T10:15:00.067462Z", "log.level": "INFO", "message": "scored",
+           "txn_id": "T-000193", "decision": "DECLINE", "stream": "payments", "ecs.version": "8.11"}
+    raw = json.dumps(app, separators=(",", ":"))
+    k8s = {"pod_name": POD_NAME, "namespace_name": NAMESPACE, "pod_id": POD_UID, "host": "gpu-node-07",
+           "container_name": "api"}
+    head = ('{"@timestamp":"2025-03-04T10:15:00.067901Z","time":"2025-03-04T10:15:00.067901337Z","stream":"stdout",'
+            f'"_p":"F","log":{json.dumps(raw)},')
+    merged = raw[1:-1]
+    line = head + merged + ',"kubernetes":' + json.dumps(k8s) + "}"
+    r = records(parse_stream(line.encode()))[0]
+    assert (r.transaction_id, r.event_time_ns, r.pod_uid) == ("T-000193", T193_NS, POD_UID)
+    assert r.attributes["envelope.stream"] == "stdout" and r.attributes["stream"] == "payments"
+    assert [w for w in r.attributes["draudit.warnings"] if "duplicate top-level" in w] == [
+        "duplicate top-level member '@timestamp', 'stream' (Fluent Bit Merge_Log without Merge_Log_Key appends the "
+        "application's keys beside its own): the record's first value kept, the application line read from 'log'"]
+    other_pod = line[:-1] + ',"kubernetes":' + json.dumps(dict(k8s, pod_name="other")) + "}"
+    assert rejected(parse_stream(other_pod.encode())) == [("1", "duplicate-key")]
+
+
 def test_duplicate_keys_that_disagree_are_quarantined():
     raw = (DATA / "fluentbit_merge_keep_log.jsonl").read_text().splitlines()[0]
     tampered = raw[: raw.rindex('"level":"INFO"')] + '"level":"WARN"' + raw[raw.rindex('"level":"INFO"') + 14:]

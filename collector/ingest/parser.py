@@ -515,9 +515,29 @@ class LineParser:
         conflicts = decoded.conflicts
         if "_reconcile_log" in env.extras:
             conflicts = [c for c in conflicts if c[0] != "log"]  # checked once the raw line is parsed
+        if conflicts and kind in ("fluentbit", "fluentd") and isinstance(env.payload, str):
+            conflicts = self._merge_collisions(conflicts, decoded.top_conflicts, env)
         if conflicts:
             raise Rejected(self._dup_reason(conflicts))
         return self._enveloped(env, line, source, position)
+
+    @staticmethod
+    def _merge_collisions(conflicts: list[tuple[str, Any, Any]], top: dict[str, list[Any]],
+                          env: Envelope) -> list[tuple[str, Any, Any]]:
+        """The conflicts left once those of Fluent Bit's ``Merge_Log`` (no ``Merge_Log_Key``) with
+        ``Keep_Log On`` are taken as warnings: the application's keys appended at the top level
+        collide with the record's own (``json_date_key @timestamp``, an MDC ``stream``) —
+        log-formats §2.2 says such duplicates occur. The application line is read from the raw
+        ``log`` string (``env.payload``) and the envelope keeps the record's first value, which
+        Fluent Bit writes before the merged keys. Never the ``kubernetes`` map: two pod identities
+        in one record stay a quarantined line."""
+        collided = sorted({c[0] for c in conflicts if c[0] in top and c[0] != "kubernetes"
+                           and c[1] in top[c[0]] and c[2] in top[c[0]]})
+        if collided:
+            env.warnings.append("duplicate top-level member " + ", ".join(repr(n) for n in collided[:5])
+                                + " (Fluent Bit Merge_Log without Merge_Log_Key appends the application's keys beside "
+                                "its own): the record's first value kept, the application line read from 'log'")
+        return [c for c in conflicts if c[0] not in collided]
 
     @staticmethod
     def _dup_reason(conflicts: list[tuple[str, Any, Any]]) -> str:
