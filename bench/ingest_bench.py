@@ -334,6 +334,26 @@ def pipeline(url: str, path: Path, settings: Settings, workers: int | None = Non
     return counts.as_dict(), Timing(counts.read, elapsed, cpu, server_s, workers_s)
 
 
+def pipeline_parsed_beforehand(url: str, path: Path, settings: Settings) -> tuple[dict, Timing]:
+    """``pipeline`` with every chunk parsed before the clock starts: the parse workers only hand
+    over the results (pickled as usual). What is left is the writer's own work and the server's on
+    one connection — the pipeline's ceiling were parsing free. A measurement only: the workers
+    read the results from memory their fork inherited (``parse_pool.parse_chunk`` replaced)."""
+    from collector.ingest import parse_pool
+
+    parse_pool._parser = LineParser(cluster=settings.cluster, max_line_bytes=settings.ingest_max_line_bytes,
+                                    max_document_bytes=settings.ingest_max_body_bytes)
+    with open(path, "rb") as f:
+        parsed = {c.first: parse_pool.parse_chunk(str(path), c) for c in iter_chunks(f, settings.ingest_max_line_bytes)}
+    original = parse_pool.parse_chunk
+    parse_pool.parse_chunk = lambda _source, chunk: parsed[chunk.first]
+    try:
+        return pipeline(url, path, settings)
+    finally:
+        parse_pool.parse_chunk = original
+        parse_pool._parser = None
+
+
 def _cpus() -> int:
     """CPUs this process may run on (client, parse workers and, on this machine, the server share them)."""
     try:
@@ -370,6 +390,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the best is reported")
     ap.add_argument("--workers", type=int, default=None,
                     help="parse worker processes of the pipeline (default: one per CPU, at most 4; 1 = none)")
+    ap.add_argument("--parsed-beforehand", action="store_true",
+                    help="also run the pipeline once with every line parsed before timing (the writer's and "
+                         "server's own ceiling; holds every parsed line in memory: ~3 GB per million)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
@@ -410,6 +433,12 @@ def main() -> None:
                       "with this CPU per line", flush=True)
             print(f"{backend:10s} pipeline used {pipe.cpu_s / pipe.wall_s:.2f} of {cpus} CPUs; {ceiling:,.0f} lines/s "
                   "if all were busy", flush=True)
+            if args.parsed_beforehand:
+                _counts, free = _measure(backend, tmp, pipeline_parsed_beforehand, path, settings)
+                ratios = ", ".join(f"{(free.n / free.wall_s) / (min(r, key=lambda t: t.wall_s).n / min(r, key=lambda t: t.wall_s).wall_s):.2f}x {name}"
+                                   for name, r in raws.items())
+                print(f"{backend:10s} pipeline, lines parsed beforehand (writer + server ceiling): {_show(free, 'lines')}; "
+                      f"{ratios}", flush=True)
             drop_source()
 
 
