@@ -63,7 +63,8 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    slice republished with another UUID for the device does not move what was allocated. That row
    gives the physical GPU — ``physical_gpu_uuid``, falling back to ``parent_uuid`` then ``uuid``
    (a MIG device's parent, dra-api.md §6.3) —, product, MIG profile, node and, in ``trace``, the
-   co-tenants (the consumers of episodes valid at ``t`` whose device as allocated is on that GPU).
+   co-tenants (the consumers of episodes holding within the tolerance of ``t`` whose device as
+   allocated is on that GPU, ``co_tenants``).
    The watcher orders the claim and slice streams only as it received them (watch-semantics.md §9:
    no ordering between watch streams), so the allocation's real instant is known within the
    tolerance only: every record of the device valid at some instant of
@@ -322,8 +323,8 @@ def _as_allocated(ds: Any, ar: Any, ae: Any, cluster: ColumnElement | None,
     ``cluster``: the cluster of the device; None when the caller joins ``ds`` to ``ar``'s device in
     it already (``trace``: the condition is part of its one statement's text, kept short).
     ``until``: the latest start of a record the fallback may take (``_window_to``: the tolerance
-    after the episode's start); None: any within the episode (``trace``'s co-tenants, which do not
-    know a row's tolerance: an episode's pods may be listed on a GPU its own attribution left
+    after the episode's start); None: any within the episode (``trace``'s co-tenants, whose one
+    statement stays short: an episode's pods may be listed on a GPU its own attribution left
     without a device record — more co-tenants, never fewer).
 
     Records later than that one — a slice republished with other attributes, deleted while the
@@ -1681,29 +1682,44 @@ def _compare(session: Session) -> LineageAudit:
 # --------------------------------------------------------------------------------------------
 
 
-def _owner_running(ae: Any, cc: Any, cluster: ColumnElement, t: ColumnElement) -> ColumnElement[bool]:
-    """The consumer ``cc`` owns ``ae``'s claim (template claim) and its pod has a state valid at
-    ``t``: attribution counts such a pod's episode whatever the time its reservation was observed
-    (step 4, for a record of that pod, which runs then), so ``co_tenants`` counts it too — not
-    after the pod is gone while its claim is still allocated (deallocation lags)."""
-    ps = PS.alias("pso")  # short: part of trace's one statement, whose text must stay under 4096 characters
-    return and_(ae.c.owner_pod_uid == cc.c.consumer_uid,
-                exists().where(ps.c.cluster == cluster, ps.c.pod_uid == cc.c.consumer_uid, _valid_at(ps, t)))
+def _overlaps(x: Any, lo: ColumnElement, hi: ColumnElement) -> ColumnElement[bool]:
+    """Interval row ``x`` (``valid_from_ns``/``valid_to_ns``) may hold at an instant of the co-tenant
+    window ``[lo, hi)``: it starts before ``hi`` and ends at ``lo`` or later (a bound at ``lo``
+    counts, as in the skew test, ``_skewed``)."""
+    return and_(x.c.valid_from_ns < hi, or_(x.c.valid_to_ns.is_(None), x.c.valid_to_ns >= lo))
+
+
+def _owner_states(ps: Any, ae: Any, cc: Any, cluster: ColumnElement, lo: ColumnElement,
+                  hi: ColumnElement) -> ColumnElement[bool]:
+    """ON clause of ``ps`` (an alias of ``pod_states``): the states within the window of the consumer
+    ``cc`` when it owns ``ae``'s claim (template claim). Attribution counts such a pod's episode
+    whatever the time its reservation was observed (step 4, for a record of that pod, which runs
+    then), so ``co_tenants`` counts it while the pod has a state — not after it is gone while its
+    claim is still allocated (deallocation lags)."""
+    return and_(ae.c.owner_pod_uid == cc.c.consumer_uid, ps.c.cluster == cluster, ps.c.pod_uid == cc.c.consumer_uid,
+                _overlaps(ps, lo, hi))
 
 
 def _co_tenants_stmt() -> Select:
-    """Bound parameters ``cluster``, ``gpu``, ``t``; see ``co_tenants``. Built once: a trace runs it per id."""
-    t = bindparam("t", type_=BigInteger)
+    """Bound parameters ``cluster``, ``gpu``, ``t``, ``skew`` (ns, default 0), ``prec`` (the record's time
+    precision, ns, default 1); see ``co_tenants``. Built once: a trace runs it per id. Rows as
+    ``_tenant_documents`` reads them."""
+    t, skew = bindparam("t", type_=BigInteger), bindparam("skew", 0, type_=BigInteger)
+    lo, hi = t - skew, t + bindparam("prec", 1, type_=BigInteger) + skew
+    ps = PS.alias("pso")
     return (
-        select(AE.c.claim_namespace, CC.c.consumer_name, CC.c.consumer_uid, AE.c.claim_name)
+        select(AE.c.claim_namespace, CC.c.consumer_name, CC.c.consumer_uid, AE.c.claim_name, CC.c.consumer_api_group,
+               CC.c.consumer_resource, AE.c.id, AE.c.valid_from_ns, AE.c.valid_to_ns, CC.c.valid_from_ns,
+               CC.c.valid_to_ns, ps.c.valid_from_ns, ps.c.valid_to_ns)
         .select_from(
             DS.join(AR, and_(AR.c.driver == DS.c.driver, AR.c.pool == DS.c.pool, AR.c.device == DS.c.device,
                              AR.c.admin_access == False))  # noqa: E712
             # the episode's device as allocated (step 5): the record of the GPU in force when it began
-            .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _valid_at(AE, t),
+            .join(AE, and_(AE.c.id == AR.c.episode_id, AE.c.cluster == DS.c.cluster, _overlaps(AE, lo, hi),
                            _as_allocated(DS, AR, AE, None)))
-            # as attribution counts them (step 4): reserved at t, or the claim's owner pod while it runs
-            .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_valid_at(CC, t), _owner_running(AE, CC, DS.c.cluster, t))))
+            # as attribution counts them (step 4): reserved, or the claim's owner pod while it runs
+            .join(CC, and_(CC.c.episode_id == AE.c.id, or_(_overlaps(CC, lo, hi), AE.c.owner_pod_uid == CC.c.consumer_uid)))
+            .outerjoin(ps, _owner_states(ps, AE, CC, DS.c.cluster, lo, hi))
         )
         .where(DS.c.cluster == bindparam("cluster"), DS.c.gpu_uuid == bindparam("gpu"))
         .distinct()
@@ -1713,31 +1729,114 @@ def _co_tenants_stmt() -> Select:
 _CO_TENANTS = _co_tenants_stmt()
 
 
-def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: int,
-               exclude_pod_uid: str | None) -> list[dict[str, Any]]:
-    """Consumers of any device of ``physical_gpu_uuid`` at ``t_ns`` other than ``exclude_pod_uid``.
+def _tenant_window(t_ns: int, skew_ns: int, precision_ns: int | None) -> tuple[int, int]:
+    """The co-tenant window ``[lo, hi)`` of a record at ``t_ns``: the instants it may mean,
+    ``[t, t + precision)``, widened by the tolerance on both sides — a transition at ``b`` counts when
+    ``t - skew <= b < t + precision + skew``, as in the skew test (``_skewed``)."""
+    return t_ns - skew_ns, t_ns + (precision_ns or 1) + skew_ns
 
-    A consumer is a ``reservedFor`` entry (``claim_consumers`` valid at ``t_ns``) of an allocation
-    episode valid at ``t_ns`` with a non-adminAccess result on a device whose record as allocated
-    (``_as_allocated``: the one in force when the episode began, as attribution reads it) belongs
-    to the GPU (its own UUID or its MIG parent's); so is the pod that owns
-    the claim (template claim) while it runs, whatever the time its reservation was observed, as
-    attribution counts it (module docstring, step 4): two pods' traces at one instant name each
-    other or neither.
+
+def co_tenants(session: Session, *, cluster: str, physical_gpu_uuid: str, t_ns: int,
+               exclude_pod_uid: str | None, clock_skew_s: float = 2.0,
+               precision_ns: int | None = 1) -> list[dict[str, Any]]:
+    """Consumers of any device of ``physical_gpu_uuid`` at some instant of the window around
+    ``t_ns`` (``_tenant_window``: ``clock_skew_s`` on both sides of ``[t_ns, t_ns + precision_ns)``),
+    other than ``exclude_pod_uid``.
+
+    A consumer is a ``reservedFor`` entry (``claim_consumers``) of an allocation episode with a
+    non-adminAccess result on a device whose record as allocated (``_as_allocated``: the one in
+    force when the episode began, as attribution reads it) belongs to the GPU (its own UUID or its
+    MIG parent's), while both the episode and the reservation hold; so is the pod that owns the
+    claim (template claim) while the episode holds and the pod has a state, whatever the time its
+    reservation was observed, as attribution counts it (module docstring, step 4). A consumer is
+    listed when it holds at ``t_ns`` or its holding starts or ends within the window (the
+    collector's observation times are accurate to the tolerance only, so it may have held at
+    ``t_ns``); ``certain`` is true when it holds over the whole window (no such transition):
+    two pods' traces at one instant (and tolerance) name each other or neither, each naming the
+    other ``certain`` when both transactions are ``exact``.
+
+    A consumer that is not a pod (``reservedFor`` naming another resource, e.g. a
+    ``scheduling.k8s.io`` PodGroup, dra-api.md §9) is listed with its kind: ``pod`` and ``pod_uid``
+    are null, ``consumer`` names the resource, ``name`` and ``uid`` the consumer.
 
     Returns:
-        ``[{"namespace", "pod", "pod_uid", "claim"}]`` sorted by namespace, pod, claim.
+        ``[{"namespace", "pod", "pod_uid", "claim", "consumer", "name", "uid", "certain"}]``
+        (``_tenant_documents``) sorted by namespace, name, claim.
     """
-    rows = session.execute(_CO_TENANTS, {"cluster": cluster, "gpu": physical_gpu_uuid, "t": t_ns}).all()
-    return _tenant_documents({tuple(r) for r in rows}, exclude_pod_uid)
+    return _co_tenants_in(session, cluster, physical_gpu_uuid, t_ns,
+                          *_tenant_window(t_ns, _skew_ns(clock_skew_s), precision_ns), exclude_pod_uid)
 
 
-def _tenant_documents(rows: set[tuple], exclude_pod_uid: str | None) -> list[dict[str, Any]]:
-    """Distinct (namespace, pod, pod uid, claim) rows as ``co_tenants`` documents, sorted by namespace,
-    pod, claim, uid, without ``exclude_pod_uid``'s."""
-    return [{"namespace": ns, "pod": pod, "pod_uid": uid, "claim": claim}
-            for ns, pod, uid, claim in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2]))
-            if exclude_pod_uid is None or uid != exclude_pod_uid]
+def _co_tenants_in(session: Session, cluster: str, gpu: str, t_ns: int, lo: int, hi: int,
+                   exclude_pod_uid: str | None) -> list[dict[str, Any]]:
+    """``co_tenants`` of a record at ``t_ns`` whose window (``_tenant_window``) is ``[lo, hi)``."""
+    skew_ns = t_ns - lo
+    rows = session.execute(_CO_TENANTS, {"cluster": cluster, "gpu": gpu, "t": t_ns, "skew": skew_ns,
+                                         "prec": hi - t_ns - skew_ns}).all()
+    return _tenant_documents({tuple(r) for r in rows}, exclude_pod_uid, lo, hi)
+
+
+POD_CONSUMER = "pod"  # ``co_tenants``' ``consumer`` of a pod (``reservedFor`` apiGroup "", resource "pods")
+
+
+def _consumer_kind(api_group: str | None, resource: str | None) -> str:
+    """``pod`` for a pod consumer; else ``resource.apiGroup`` as kubectl names a resource
+    (``podgroups.scheduling.k8s.io``), ``resource`` alone in the core group, ``unknown`` without one."""
+    if not api_group and resource == "pods":
+        return POD_CONSUMER
+    return ".".join(x for x in (resource, api_group) if x) or "unknown"
+
+
+_Span = tuple[int, "int | None"]
+
+
+def _merged(spans: Iterable[_Span]) -> list[_Span]:
+    """Half-open spans ``[from, to)`` (``to`` None: open) as disjoint ones; touching spans are one."""
+    out: list[_Span] = []
+    for f, e in sorted(spans, key=lambda s: s[0]):
+        if out and (out[-1][1] is None or f <= out[-1][1]):
+            last_f, last_e = out[-1]
+            out[-1] = (last_f, None if last_e is None or e is None else max(last_e, e))
+        else:
+            out.append((f, e))
+    return out
+
+
+def _tenant_documents(rows: set[tuple], exclude_pod_uid: str | None, lo: int, hi: int) -> list[dict[str, Any]]:
+    """``co_tenants`` documents of the rows of ``_CO_TENANTS`` (or ``_TRACE``'s ``ct_*``): (namespace,
+    consumer name, consumer uid, claim, consumer apiGroup, resource, episode id, episode from, to,
+    reservation from, to, owner pod state from, to — NULL when none), for the window ``[lo, hi)``.
+
+    A consumer holds the GPU while an episode holds and, within it, its reservation or (owner pod)
+    a state of the pod does; it is listed when it holds at some instant of ``[lo, hi)`` or its
+    holding ends at ``lo`` (a bound at ``lo`` counts, as in the skew test), and ``certain`` when one
+    holding span covers the window with no bound in it. Sorted by namespace, name, claim, uid;
+    without ``exclude_pod_uid``'s."""
+    held: dict[tuple, dict[int, tuple[_Span, set[_Span]]]] = {}
+    for ns, name, uid, claim, group, resource, episode, ae_from, ae_to, cc_from, cc_to, ps_from, ps_to in rows:
+        if exclude_pod_uid is not None and uid == exclude_pod_uid:
+            continue
+        _, holds = held.setdefault((ns, name, claim, uid, _consumer_kind(group, resource)), {}).setdefault(
+            episode, ((ae_from, ae_to), set()))
+        holds.add((cc_from, cc_to))
+        if ps_from is not None:
+            holds.add((ps_from, ps_to))
+    docs = []
+    for (ns, name, claim, uid, kind), episodes in sorted(held.items(), key=lambda kv: kv[0]):
+        spans = []
+        for (ae_from, ae_to), holds in episodes.values():
+            for f, e in _merged(holds):
+                f, e = max(f, ae_from), (e if ae_to is None else ae_to if e is None else min(e, ae_to))
+                if e is None or f < e:
+                    spans.append((f, e))
+        spans = _merged(spans)
+        if not any(f < hi and (e is None or e >= lo) for f, e in spans):
+            continue
+        pod = kind == POD_CONSUMER
+        docs.append({"namespace": ns, "pod": name if pod else None, "pod_uid": uid if pod else None, "claim": claim,
+                     "consumer": kind, "name": name, "uid": uid,
+                     "certain": any(f < lo and (e is None or e >= hi) for f, e in spans)})
+    return docs
 
 
 def _empty_trace(transaction_id: str) -> dict[str, Any]:
@@ -1777,7 +1876,9 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
         ``[{"transaction_id", "time" (RFC 3339 UTC), "status", "reason",
         "pod": {namespace, name, uid, node}, "claim": {namespace, name, uid, request},
         "device": {driver, pool, device}, "device_uuid", "physical_gpu_uuid", "product",
-        "mig_profile", "co_tenants": [{namespace, pod, pod_uid, claim}], "conflict", "record_id",
+        "mig_profile", "co_tenants": [{namespace, pod, pod_uid, claim, consumer, name, uid, certain}]
+        (``co_tenants``: every consumer of the GPU within the tolerance the record's lineage row was
+        computed with, else ``clock_skew_s``), "conflict", "record_id",
         "cluster", "container", "decision", "candidates"}]``; ``conflict`` is true for a record
         stored after another with the same id and different content (the ingest flag: the shipper
         or the application logged two different things under one id), and ``record_id``
@@ -1787,11 +1888,12 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
         pods for ``several-pods``). New keys are added at the end: existing ones keep name and order.
     """
     out: list[dict[str, Any]] = []
+    skew_ns = _skew_ns(clock_skew_s)
     _generic_plans(session)
     for given in transaction_ids:
         # an id holding a card number is stored masked, and is echoed masked: a saved trace must
         # not hold the card number either
-        for stored, (records, tenants) in _trace_ids(session, given, pan_token_key, cluster):
+        for stored, (records, tenants) in _trace_ids(session, given, pan_token_key, cluster, skew_ns):
             if not records:
                 out.append(_empty_trace(stored))
                 continue
@@ -1800,20 +1902,20 @@ def trace(session: Session, transaction_ids: Iterable[str], *, cluster: str = DE
 
 
 def _trace_ids(session: Session, given: str, pan_token_key: bytes | None,
-               cluster: str) -> list[tuple[str, tuple[list, dict]]]:
+               cluster: str, skew_ns: int) -> list[tuple[str, tuple[list, dict]]]:
     """The stored ids to trace for the query ``given``: its stored form (``mask_identifier`` with the
     key) when stored; else, for a masked id, every stored ``<masked form>~<token>`` id — the query
     gave the masked form, or the token key is missing or another — each its own transaction; else
     the stored form with no records (not found)."""
     txn = mask_identifier(given, pan_token_key)[0]
-    found = _trace_rows(session, txn, cluster)
+    found = _trace_rows(session, txn, cluster, skew_ns)
     masked = mask_identifier(given)[0] if not found[0] else ""
     if found[0] or "*" not in masked:
         return [(txn, found)]
     pattern = masked.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "~%"
     ids = session.execute(select(R.c.transaction_id).where(R.c.transaction_id.like(pattern, escape="\\"))
                           .distinct().order_by(R.c.transaction_id)).scalars().all()
-    return [(i, _trace_rows(session, i, cluster)) for i in ids] or [(txn, found)]
+    return [(i, _trace_rows(session, i, cluster, skew_ns)) for i in ids] or [(txn, found)]
 
 
 def _trace_records(session: Session, txn: str, records: list, tenants: dict, cluster: str, clock_skew_s: float,
@@ -1881,17 +1983,18 @@ def _generic_plans(session: Session) -> None:
 _GENERIC_PLANS_IN = "draudit.trace_generic_plans_in"  # Connection.info key: the transaction it was set in
 
 
-def _trace_rows(session: Session, txn: str, cluster: str) -> tuple[list[Any], dict[int, set[tuple]]]:
+def _trace_rows(session: Session, txn: str, cluster: str, skew_ns: int) -> tuple[list[Any], dict[int, set[tuple]]]:
     """``_TRACE`` for one id: its records (first row of each, in time order) and, per record id, the
-    distinct co-tenant rows (namespace, pod, pod uid, claim) of its stored lineage's GPU."""
+    distinct co-tenant rows (``_tenant_documents``) of its stored lineage's GPU; ``skew_ns``: the
+    tolerance of records whose lineage names no settings (or that have none)."""
     records: list[Any] = []
     tenants: dict[int, set[tuple]] = {}
-    for row in session.execute(_TRACE, {"txn": txn, "cluster": cluster}):
+    for row in session.execute(_TRACE, {"txn": txn, "cluster": cluster, "skew": skew_ns}):
         if row.id not in tenants:
             records.append(row)
             tenants[row.id] = set()
-        if row.ct_pod_uid is not None:  # NOT NULL in claim_consumers: NULL = no reservation on this row
-            tenants[row.id].add((row.ct_namespace, row.ct_pod, row.ct_pod_uid, row.ct_claim))
+        if row.consumer_uid is not None:  # NOT NULL in claim_consumers: NULL = no reservation on this row
+            tenants[row.id].add(tuple(row[-13:]))
     return records, tenants
 
 
@@ -1910,14 +2013,17 @@ def _pod_state(cluster: ColumnElement, uid: ColumnElement, t: ColumnElement, col
 
 
 def _trace_stmt() -> Select:
-    """Bound parameters ``txn``, ``cluster`` (of records without one): the id's stored records, each with
-    its lineage (NULL ``lineage_id``: not attributed yet), its pod's state namespace/name and the
-    co-tenant rows of its lineage's GPU (``ct_*`` as in ``_co_tenants_stmt``; not distinct, the
-    record's own pod included), ordered by time and record id.
+    """Bound parameters ``txn``, ``cluster`` (of records without one), ``skew`` (ns: the tolerance of
+    records whose lineage row names no settings; default 0): the id's stored records, each with its
+    lineage (NULL ``lineage_id``: not attributed yet), its pod's state namespace/name, its co-tenant
+    window ``[lo, hi)`` (``_tenant_window`` with the tolerance its lineage row was computed with) and
+    the co-tenant rows of its lineage's GPU (the last 13 columns, ``ct_*``, as ``_co_tenants_stmt``'s:
+    not distinct, the record's own pod included), ordered by time and record id.
 
-    A record yields one row per allocation result of its GPU's devices whose episode is valid at its
-    time and per consumer counted then (``co_tenants``' rule: reserved at t, or the claim's owner;
-    ``ct_*`` NULL where none is), one row if there is none or it has no GPU.
+    A record yields one row per allocation result of its GPU's devices whose episode holds in its
+    window, per consumer counted then (``co_tenants``' rule: reserved then, or the claim's owner)
+    and per state of an owner pod then; ``ct_*`` NULL where none is, one row if there is none or it
+    has no GPU.
 
     One round trip per id: on a shared machine each round trip waits for the server process to be
     scheduled, which made most of a trace's p99 when this was two statements. Planned in a fixed
@@ -1927,46 +2033,60 @@ def _trace_stmt() -> Select:
     of the four tables (every allocation result). The records are a subquery with ``OFFSET 0``, which
     neither database flattens, so the pod state lookups run once per record, not once per row.
 
-    Tables under short aliases and LIMIT/OFFSET as literals keep the SQL text under 4096 characters
-    (was 4436; 4091 with the device as allocated — mind it when adding to this statement), the longest psycopg caches the conversion of to PostgreSQL's ``$n`` placeholders for:
-    longer, it parsed the text again on each call (0.1 ms of client CPU per trace).
+    Tables under short aliases, LIMIT/OFFSET as literals, the pod's state reached by its primary key
+    (two lookups, not four) and the two lineage columns a trace does not read left out keep the SQL
+    text at most 4096 characters (4074 with the co-tenant window; mind it when adding to this
+    statement), the longest psycopg caches the conversion of to PostgreSQL's ``$n`` placeholders
+    for: longer, it parsed the text again on each call (0.1 ms of client CPU per trace). Count the
+    text as the psycopg dialect renders it, parameters cast (``%(txn)s::VARCHAR``): the plain
+    PostgreSQL dialect's is shorter (before the window, 4091 there was 4145 as sent, uncached).
+    The columns are listed, not ``rec.*``: SQLAlchemy caches the result metadata of a statement
+    whose columns it knows, and matched a textual ``*`` to the cursor's columns by name on every
+    call (0.3 ms of client CPU per trace).
     """
-    r, lin, ps, ds, ar, ae, cc = (t.alias(a) for t, a in (
-        (R, "r"), (L, "l"), (PS, "ps"), (DS, "ds"), (AR, "ar"), (AE, "ae"), (CC, "cc")))
+    r, lin, st, ps, pn, ds, ar, ae, cc, pso = (t.alias(a) for t, a in (
+        (R, "r"), (L, "l"), (AS, "s"), (PS, "ps"), (PS, "pn"), (DS, "ds"), (AR, "ar"), (AE, "ae"), (CC, "cc"),
+        (PS, "pso")))
     cluster = func.coalesce(r.c.cluster, bindparam("cluster", type_=String()))
+    skew = func.coalesce(st.c.clock_skew_ns, bindparam("skew", 0, type_=BigInteger))
     rec = (
         select(r.c.id, r.c.event_time_ns, r.c.cluster, r.c.conflict, cluster.label("eff_cluster"),
                r.c.container_name.label("rec_container"), r.c.decision.label("rec_decision"),
                r.c.pod_uid.label("rec_pod_uid"),
                r.c.pod_namespace.label("rec_pod_namespace"),
                r.c.pod_name.label("rec_pod_name"), lin.c.record_id.label("lineage_id"),
-               *[lin.c[c] for c in VERDICT_COLUMNS],
-               *[_pod_state(cluster, lin.c.pod_uid, r.c.event_time_ns, c, ps).label(f"state_{c}")
-                 for c in ("namespace", "name")])
-        .select_from(r.outerjoin(lin, lin.c.record_id == r.c.id))
+               *[lin.c[c] for c in VERDICT_COLUMNS if c not in ("episode_id", "device_state_id")],
+               pn.c.namespace.label("state_namespace"), pn.c.name.label("state_name"),
+               (r.c.event_time_ns - skew).label("lo"),
+               (r.c.event_time_ns + func.coalesce(r.c.event_time_precision_ns, literal_column("1")) + skew).label("hi"))
+        .select_from(r.outerjoin(lin, lin.c.record_id == r.c.id).outerjoin(st, st.c.id == lin.c.settings_id)
+                     # the pod's state at t, else its latest (``_pod_state``): one primary-key probe
+                     .outerjoin(pn, pn.c.id == _pod_state(cluster, lin.c.pod_uid, r.c.event_time_ns, "id", ps)))
         .where(r.c.transaction_id == bindparam("txn"))
         .offset(literal_column("0"))
         .subquery("rec")
     )
-    t = rec.c.event_time_ns
+    lo, hi = rec.c.lo, rec.c.hi
     ae_valid = AE.alias("aev")
     chain = (
-        # every record of the GPU: an episode valid at t may have been allocated under any of them
+        # every record of the GPU: an episode holding in the window may have been allocated under any of them
         rec.outerjoin(ds, and_(ds.c.cluster == rec.c.eff_cluster, ds.c.gpu_uuid == rec.c.physical_gpu_uuid))
-        # only the results of episodes valid at t whose device as allocated is this record (a
-        # primary-key probe per result the device ever had): else every one would come back as a row
+        # only the results of episodes holding in the window whose device as allocated is this record
+        # (a primary-key probe per result the device ever had): else every one would come back as a row
         .outerjoin(ar, and_(ar.c.driver == ds.c.driver, ar.c.pool == ds.c.pool, ar.c.device == ds.c.device,
                             ar.c.admin_access == False,  # noqa: E712
-                            exists().where(ae_valid.c.id == ar.c.episode_id, _valid_at(ae_valid, t),
+                            exists().where(ae_valid.c.id == ar.c.episode_id, _overlaps(ae_valid, lo, hi),
                                            _as_allocated(ds, ar, ae_valid, None))))
-        # valid at t: the results joined are those of episodes valid at t (above)
+        # holding in the window: the results joined are those of such episodes (above)
         .outerjoin(ae, and_(ae.c.id == ar.c.episode_id, ae.c.cluster == ds.c.cluster))
-        .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_valid_at(cc, t), _owner_running(ae, cc, ds.c.cluster, t))))
+        .outerjoin(cc, and_(cc.c.episode_id == ae.c.id, or_(_overlaps(cc, lo, hi), ae.c.owner_pod_uid == cc.c.consumer_uid)))
+        .outerjoin(pso, _owner_states(pso, ae, cc, ds.c.cluster, lo, hi))
     )
     return (
-        select(*[c for c in rec.c if c.name != "eff_cluster"],
-               ae.c.claim_namespace.label("ct_namespace"), cc.c.consumer_name.label("ct_pod"),
-               cc.c.consumer_uid.label("ct_pod_uid"), ae.c.claim_name.label("ct_claim"))
+        select(*[c for c in rec.c if c.name != "eff_cluster"], ae.c.claim_namespace, cc.c.consumer_name,
+               cc.c.consumer_uid, ae.c.claim_name, cc.c.consumer_api_group, cc.c.consumer_resource, ae.c.id,
+               ae.c.valid_from_ns, ae.c.valid_to_ns, cc.c.valid_from_ns, cc.c.valid_to_ns, pso.c.valid_from_ns,
+               pso.c.valid_to_ns)
         .select_from(chain)
         .order_by(rec.c.event_time_ns, rec.c.id)
     )
@@ -2005,10 +2125,10 @@ def _trace_document(session: Session, txn: str, rec: Any, lin: Any, default_clus
         "attribution": "stored" if lin is rec else "computed",
     })
     if lin is not rec and lin.physical_gpu_uuid is not None:
-        doc["co_tenants"] = co_tenants(session, cluster=cluster, physical_gpu_uuid=lin.physical_gpu_uuid,
-                                       t_ns=t, exclude_pod_uid=lin.pod_uid)
+        # not attributed yet: ``rec``'s window has the tolerance of this trace (no settings)
+        doc["co_tenants"] = _co_tenants_in(session, cluster, lin.physical_gpu_uuid, t, rec.lo, rec.hi, lin.pod_uid)
     elif lin is rec:
-        doc["co_tenants"] = _tenant_documents(tenants, lin.pod_uid)
+        doc["co_tenants"] = _tenant_documents(tenants, lin.pod_uid, rec.lo, rec.hi)
     if lin.reason == "pod-identity-conflict":
         doc["identity_conflict"] = identity_conflict(session, cluster, rec.id, t)
     return doc

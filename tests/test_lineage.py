@@ -480,7 +480,8 @@ def test_trace_document_and_co_tenants(hist):
         "device": {"driver": DRIVER, "pool": "gpu-node-a", "device": "gpu-0-mig-3g40gb-9-0"},
         "device_uuid": "MIG-aaaa0000-1111-5222-8333-444455556666", "physical_gpu_uuid": GPU_A, "product": A100,
         "mig_profile": "3g.40gb",
-        "co_tenants": [{"namespace": "genai", "pod": "chatbot-5b6c7d-k2l3m", "pod_uid": other, "claim": "chatbot-mig"}],
+        "co_tenants": [{"namespace": "genai", "pod": "chatbot-5b6c7d-k2l3m", "pod_uid": other, "claim": "chatbot-mig",
+                            "consumer": "pod", "name": "chatbot-5b6c7d-k2l3m", "uid": other, "certain": True}],
         "conflict": False, "record_id": kept, "cluster": CLUSTER, "container": "triton", "decision": "APPROVE",
         "candidates": 1, "attribution": "stored", "identity_conflict": [],
     }

@@ -222,7 +222,8 @@ def _tenant(pod: dict, claim: dict) -> dict:
     """A ``co_tenants`` entry."""
     meta = pod["metadata"]
     return {"namespace": meta["namespace"], "pod": meta["name"], "pod_uid": meta["uid"],
-            "claim": claim["metadata"]["name"]}
+            "claim": claim["metadata"]["name"], "consumer": "pod", "name": meta["name"], "uid": meta["uid"],
+            "certain": True}
 
 
 def _watch(srv, sessions):

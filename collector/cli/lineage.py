@@ -165,10 +165,20 @@ def _print_trace(doc: dict) -> None:
     if doc["physical_gpu_uuid"]:
         if doc["co_tenants"]:
             for i, t in enumerate(doc["co_tenants"]):
-                click.echo(f"{'co-tenants' if i == 0 else '':<13} {t['namespace']}/{t['pod']} uid={t['pod_uid']} claim={t['claim']}")
+                click.echo(f"{'co-tenants' if i == 0 else '':<13} {_tenant_line(t)}")
         else:
             click.echo(f"{'co-tenants':<13} none")
     click.echo("")
+
+
+def _tenant_line(t: dict) -> str:
+    """One ``co_tenants`` entry: a pod as ``namespace/pod uid=… claim=…``; another consumer (a
+    ``reservedFor`` PodGroup) with its kind, never as a pod; one present only possibly (a transition
+    within the clock-skew tolerance of the transaction) marked so."""
+    who = (f"{t['namespace']}/{t['pod']} uid={t['pod_uid']}" if t["consumer"] == "pod" else
+           f"{t['namespace']}/{t['name']} ({t['consumer']}, not a pod) uid={t['uid']}")
+    maybe = "" if t["certain"] else " (possibly: it started or ended within the clock-skew tolerance)"
+    return f"{who} claim={t['claim']}{maybe}"
 
 
 @click.command("trace")
@@ -179,7 +189,7 @@ def _print_trace(doc: dict) -> None:
 @output_option
 def trace_cmd(transaction_ids: tuple[str, ...], clock_skew_s: float | None, serving: tuple[str, ...],
               database_url: str | None, output: str) -> None:
-    """Show the lineage of transactions: pod, claim, device, physical GPU and its other tenants at that instant.
+    """Show the lineage of transactions: pod, claim, device, physical GPU and its other tenants around then.
 
     Exits 1 when an id is not found. A transaction not yet attributed is attributed on the fly
     (nothing is written).
