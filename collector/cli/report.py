@@ -88,11 +88,15 @@ def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, 
                + ("recorded in evidence_packs and the ledger" if result.recorded else "already recorded"))
     for warning in _pack_warnings(result):
         click.echo(f"draudit: warning: {warning}", err=True)
+    if not result.signed:  # verify passes it only with --integrity-only: say so now, not at the auditor's
+        click.echo("draudit: warning: the pack is not signed (no --sign-key or DRAUDIT_SIGN_KEY): `draudit verify "
+                   "--public-key` fails on it and its manifest proves integrity only (whoever rewrote a file could "
+                   "rewrite the manifest too); create a key with `draudit keys generate` and render the pack again "
+                   "with it", err=True)
 
 
 def _pack_warnings(result) -> list[str]:
-    """What an auditor would otherwise find only inside the pack (``reports.render.PackResult``): an
-    unsigned pack (``verify`` cannot check its authenticity); no
+    """What an auditor would otherwise find only inside the pack (``reports.render.PackResult``): no
     policy bundle evaluated over an observed period (its findings section is empty for that reason;
     for a period nothing observed the pack says an evaluation finds nothing to decide on, and
     advising one would contradict it) or over part of it only, transactions not attributed yet."""
@@ -110,10 +114,6 @@ def _pack_warnings(result) -> list[str]:
         warnings.append(f"policy evaluations covered only part of the period: {low.where()} {covered}, "
                         f"not evaluated {stretches} (section 8, data/policy_coverage.csv); run `draudit policy eval "
                         "--from … --to …` over those stretches and render the pack again")
-    if not result.signed:  # verify passes it only with --integrity-only: say so now, not at the auditor's
-        warnings.append("the pack is not signed (no --sign-key or DRAUDIT_SIGN_KEY): `draudit verify --public-key` "
-                        "fails on it and its manifest proves integrity only (whoever rewrote a file could rewrite the "
-                        "manifest too); create a key with `draudit keys generate` and render the pack again with it")
     if result.not_attributed:
         warnings.append(f"{result.not_attributed} transaction(s) of the period are not attributed yet (shown as "
                         "not-attributed-yet); run `draudit attribute` and render the pack again")
