@@ -40,8 +40,11 @@ the run stored into the same tables — its records, quarantine rows and ledger 
 hashes as the run left them (read from a first, untimed pipeline run) — the issue's "same rows into
 the same tables with the same indexes".
 
-Last measured (2 vCPUs, 2026-12-01, PostgreSQL 15, machine otherwise quiet; README's performance table keeps the
-history): 1 M lines, one run: PostgreSQL 19.2 k lines/s = 0.68x executemany, 0.29x COPY (66.6 k rows/s), 0.42x all
+Last measured (2 vCPUs, 2026-12-01 03:10, PostgreSQL 15, machine otherwise quiet; README's performance table keeps
+the history): 1 M lines, one run: PostgreSQL 16.4 k lines/s = 0.77x executemany, 0.36x COPY (45.6 k rows/s), 0.47x
+all rows (34.6 k rows/s); CPU per line: client 22 + parse workers 68 + server 26 µs; ``--parsed-beforehand`` (every
+line parsed before timing): 19.6 k lines/s = 0.43x COPY, 0.57x all rows — the writer's serial path with the server
+alone stays under 0.5x COPY. Earlier the same day, 1 M lines, one run: PostgreSQL 19.2 k lines/s = 0.68x executemany, 0.29x COPY (66.6 k rows/s), 0.42x all
 rows (46.2 k rows/s); CPU per line: client 21 + parse workers 53 + server 22 µs; 1.85 of 2 CPUs busy; ceiling 0.31x
 COPY, 0.45x all rows. Before (2026-11-30):
 1 M lines, one run: PostgreSQL 17.6 k lines/s = 0.68x executemany, 0.30x COPY (58.1 k rows/s), 0.43x all
