@@ -62,3 +62,50 @@ def test_the_fast_path_declines_it_and_the_names_prefilter_is_conservative():
     assert member_names_may_contain_pan(["a.4111", "1111.1111.1111"]) is True  # a run across two names: conservative
     assert member_names_may_contain_pan(["x.4111.1111.1111.1111"]) is True
     assert member_names_may_contain_pan(["ｘ.４１１１"]) is True  # non-ASCII digits: the full test
+
+
+NESTED_PAN = {"4111": {"1111": {"1111": {"1111": "x"}}}}
+
+
+def test_nested_names_in_quarantine_and_in_arrays_are_starred(tmp_path, database_url, sessions, engine):
+    """The final tester's findings: the same nesting in a line that is quarantined (any reason: here
+    no transaction id; also escaped inside a Fluent Bit ``log`` string, and an OTLP record's kvlist),
+    and inside an array (flattening keeps arrays as values; OTLP ``arrayValue``) — stored in clear."""
+    otlp = {"resourceLogs": [{"resource": {"attributes": [{"key": "k8s.namespace.name", "value": {"stringValue": "fraud"}}]},
+                              "scopeLogs": [{"logRecords": [
+                                  {"timeUnixNano": "1796094302000000000", "body": {"stringValue": "scored"},
+                                   "attributes": [{"key": "txn_id", "value": {"stringValue": "NA-O"}},
+                                                  {"key": "x", "value": {"arrayValue": {"values": [{"kvlistValue": {"values": [
+                                                      {"key": "4111", "value": {"kvlistValue": {"values": [
+                                                          {"key": "1111", "value": {"kvlistValue": {"values": [
+                                                              {"key": "1111", "value": {"kvlistValue": {"values": [
+                                                                  {"key": "1111", "value": {"stringValue": "v"}}]}}}]}}}]}}}]}}]}}}]},
+                                  {"timeUnixNano": "1796094303000000000", "body": {"stringValue": "no txn"},
+                                   "attributes": [{"key": "4111", "value": {"kvlistValue": {"values": [
+                                       {"key": "1111", "value": {"kvlistValue": {"values": [
+                                           {"key": "1111", "value": {"kvlistValue": {"values": [
+                                               {"key": "1111", "value": {"stringValue": "v"}}]}}}]}}}]}}}]}]}]}]}
+    app_no_txn = {"@timestamp": "2026-12-01T03:00:05.100Z", "message": "hello", **NESTED_PAN}
+    lines = [json.dumps(app_no_txn),
+             json.dumps({"time": "2026-12-01T03:00:05.2Z", "stream": "stdout", "_p": "F",
+                         "log": json.dumps(app_no_txn), "kubernetes": K8S}),
+             json.dumps({"@timestamp": "2026-12-01T03:04:01.100Z", "message": "scored", "txn_id": "NA-1",
+                         "kv": [NESTED_PAN, {"deeper": [NESTED_PAN]}]}),
+             json.dumps(otlp)]
+    path = tmp_path / "nested.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["db", "upgrade", "--database-url", database_url]).exit_code == 0
+    res = runner.invoke(cli, ["ingest", str(path), "--database-url", database_url, "--output", "json"])
+    counts = json.loads(res.stdout)
+    assert (counts["read"], counts["stored"], counts["quarantined"]) == (5, 2, 3)
+    assert counts["pan_masked"] >= 5
+    with sessions() as s:
+        stored = dict(s.execute(select(InferenceRecord.transaction_id, InferenceRecord.attributes)).all())
+    assert stored["NA-1"]["kv"] == [{"****": {"****": {"****": {"****": "x"}}}}, {"deeper": [{"****": {"****": {"****": {"****": "x"}}}}]}]
+    assert stored["NA-O"]["x"] == [{"****": {"****": {"****": {"****": "v"}}}}]
+    dump = _dump(engine, database_url)
+    for shown in ('"4111": {"1111"', '"4111":{"1111"', '\\\\"4111\\\\":{\\\\"1111', "'4111': {'1111'", '\\"4111\\": {\\"1111'):
+        assert shown not in dump, shown
+    quarantined = runner.invoke(cli, ["quarantine", "--database-url", database_url]).output
+    assert quarantined.count('"****":{"****"') + quarantined.count('\\"****\\": {\\"****') >= 2 and "4111" not in quarantined

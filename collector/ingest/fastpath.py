@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from collector.ingest import envelopes, timestamps
 from collector.ingest.jsondoc import JsonRejected
-from collector.ingest.pan import has_unicode_escape, may_contain_pan, member_names_may_contain_pan
+from collector.ingest.pan import has_unicode_escape, may_contain_pan, record_names_may_contain_pan
 from collector.ingest.payloads import (Rejected, _in_range, _scalar_text, aliased_id, aliased_text, detect_format,
                                        logged_after_written, prepare)
 from collector.ingest.record import (COLUMN_LIMITS, POSITION_CHARS, OutOfRange, attributes_json, coerce_latency_ms,
@@ -114,7 +114,7 @@ def _record(parser: "LineParser", doc: dict[str, Any], app: dict[str, Any], data
     # path then quarantines it): the merged object is the payload --------------------------------------
     fmt = detect_format(app)  # no --format (checked)
     flat = prepare(app, fmt)
-    if member_names_may_contain_pan(flat):  # nested names joined into a card layout: the general path masks
+    if record_names_may_contain_pan(flat):  # nested names joined into a card layout: the general path masks
         return None
     builder = parser.builder
     lookup = builder.aliases.lookup

@@ -259,6 +259,93 @@ def may_contain_pan(text: str, *, exponent_numbers: bool = False, unicode_escape
 
 _LAST_VERDICT: tuple[Any, Any, bool] = (None, None, True)  # (text, unicode_escapes, may_contain_pan's answer)
 _NOT_ASCII_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
+# A JSON member name as a text shows it — quoted, or with escaped quotes inside a JSON string
+# (a Fluent Bit ``log``) — followed by its colon: the backslashes before both quotes match.
+_MEMBER_NAME = re.compile(r'(\\*)"([^"\\]*\d[^"\\]*)\1"(?=\s*:)')
+_ANY_DIGIT = re.compile(r"\d")
+
+
+def record_names_may_contain_pan(flat: dict[str, Any]) -> bool:
+    """``member_names_may_contain_pan`` of a flattened record's keys, and of the names nested in the
+    objects its arrays hold (flattening keeps arrays as values: ``{"kv":[{"4111":{"1111":…}}]}``)."""
+    if member_names_may_contain_pan(flat):
+        return True
+    for v in flat.values():
+        if v.__class__ is list and _array_names_may_contain_pan(v):
+            return True
+    return False
+
+
+def _array_names_may_contain_pan(items: list[Any]) -> bool:
+    for v in items:
+        if isinstance(v, dict):
+            joined = ".".join(_nested_names(v))
+            if joined and member_names_may_contain_pan([joined]):
+                return True
+            if any(isinstance(x, list) and _array_names_may_contain_pan(x) for x in v.values()):
+                return True
+        elif isinstance(v, list) and _array_names_may_contain_pan(v):
+            return True
+    return False
+
+
+def mask_member_name_digits(text: str) -> tuple[str, int]:
+    """``text`` (a raw JSON line, as quarantined or hashed) with every digit of its member names
+    starred when those names, joined by dots in the order they appear, hold a card number
+    (``mask_text``): nested names such as ``{"4111":{"1111":{"1111":{"1111":…}}}}``, which every
+    reader that flattens the object joins into ``4111.1111.1111.1111`` (``member_names_may_contain_pan``),
+    while the text shows their groups apart. Returns the text and 1 (one PAN counted) or 0.
+    Conservative: names of unrelated members may be starred too; only names holding digits are
+    looked at."""
+    names = [m.group(2) for m in _MEMBER_NAME.finditer(text)] if '"' in text else []
+    joined = ".".join(names)  # as flattening joins nested names
+    if not names or not member_names_may_contain_pan([joined]) or not mask_text(joined)[1]:
+        return text, 0
+    return _MEMBER_NAME.sub(lambda m: f'{m.group(1)}"{_ANY_DIGIT.sub("*", m.group(2))}{m.group(1)}"', text), 1
+
+
+def mask_names_in_arrays(value: Any) -> tuple[Any, int]:
+    """``value`` (a flattened record's attribute value) with the member names of the objects inside
+    its arrays starred digit by digit where their nested names hold a card number
+    (``mask_member_name_digits``' rule): flattening joins the names of nested objects but keeps
+    arrays as values, so ``{"kv":[{"4111":{"1111":…}}]}`` keeps its groups apart. Returns the value
+    (the same object when nothing changed) and the PANs counted (0 or 1 per object)."""
+    if isinstance(value, list):
+        out, n = [], 0
+        for v in value:
+            v2, k = mask_names_in_arrays(v)
+            out.append(v2)
+            n += k
+        return (out, n) if n else (value, 0)
+    if isinstance(value, dict):
+        joined = ".".join(_nested_names(value))
+        if joined and member_names_may_contain_pan([joined]) and mask_text(joined)[1]:
+            return _starred_names(value), 1
+        out, n = {}, 0
+        for k, v in value.items():
+            out[k], m = mask_names_in_arrays(v)
+            n += m
+        return (out, n) if n else (value, 0)
+    return value, 0
+
+
+def _nested_names(obj: dict[str, Any]) -> list[str]:
+    """The member names holding a digit of ``obj`` and its nested objects (not inside arrays), in order."""
+    names = []
+    for k, v in obj.items():
+        if isinstance(k, str) and _ANY_DIGIT.search(k):
+            names.append(k)
+        if isinstance(v, dict):
+            names.extend(_nested_names(v))
+    return names
+
+
+def _starred_names(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {(_ANY_DIGIT.sub("*", k) if isinstance(k, str) else k): _starred_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_starred_names(v) for v in value]
+    return value
 
 
 def member_names_may_contain_pan(names: Iterable[str]) -> bool:

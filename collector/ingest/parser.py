@@ -45,7 +45,7 @@ from collector.ingest.otlp import (OTLP_SNIFF_BYTES, OtlpLogRecord, OtlpMalforme
                                    looks_like_export_request, records_from_json, value_depth, without_nul)
 from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
                                   mask_cut_end, mask_cut_start, mask_exponent_numbers, mask_text, may_contain_pan,
-                                  member_names_may_contain_pan, number_holds_pan)
+                                  mask_member_name_digits, number_holds_pan, record_names_may_contain_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.ingest.rotation import log_stream
@@ -266,7 +266,9 @@ class LineParser:
         # Masked before NUL is replaced: UTF-16 text read as UTF-8 has a NUL between its digits, a
         # separator to the masker (``pan._ENCODING_DEBRIS``); the U+FFFD put there for storage is not.
         masked = _sanitise(text if premasked else self.masker.text(text, keep_otlp_times=True))
+        masked, name_pans = mask_member_name_digits(masked)  # {"4111":{"1111":…}}: the names hold one
         masked, exponent_pans = mask_exponent_numbers(masked)  # 4.111111111111111e15 shows a PAN's digits
+        self.masker.masked += name_pans
         masked, binary_runs = mask_binary(masked)
         self.masker.masked += exponent_pans + binary_runs
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
@@ -674,7 +676,7 @@ class LineParser:
         # A line joined from partial chunks (``hashed``) is scanned whatever its raw lines show: a PAN
         # cut between two chunks has a newline and a runtime's or shipper's prefix between its
         # digits there, which the raw lines' pre-filter cannot join.
-        names_pan = member_names_may_contain_pan(flat)  # nested member names joined into a card layout
+        names_pan = record_names_may_contain_pan(flat)  # nested member names joined into a card layout
         if hashed is not None or may_contain_pan(raw, unicode_escapes=raw is not self._line_without_escapes) \
                 or self._decoder.saw_exponent or self._source_may_contain_pan(source) or names_pan:
             masker = self.masker

@@ -16,7 +16,7 @@ from collector.ingest import timestamps
 from collector.ingest.aliases import AliasTable, gelf_fields
 from collector.ingest.envelopes import Envelope
 from collector.ingest.jsondoc import flatten
-from collector.ingest.pan import NullMasker, PanMasker
+from collector.ingest.pan import NullMasker, PanMasker, mask_names_in_arrays
 from collector.ingest.record import (CanonicalRecord, OutOfRange, check_event_time_ns, coerce_latency_ms,
                                      normalise_span_id, normalise_trace_id)
 
@@ -156,10 +156,10 @@ class RecordBuilder:
         if isinstance(env.extras.get("observed_time_ns"), int):
             own["envelope.observed_time_ns"] = env.extras["observed_time_ns"]
         if not own:
-            return masker.value(attributes)
+            return _names_in_arrays_masked(masker.value(attributes), masker)
         masked = masker.value({k: (None if k in own else v) for k, v in attributes.items()})
         masked.update(own)  # the keys are there already: their places stay
-        return masked
+        return _names_in_arrays_masked(masked, masker)
 
     def build(self, flat: dict[str, Any], fmt: str, env: Envelope, masker: PanMasker | NullMasker, *, raw_sha256: str,
               source: str, position: str | None, event_time: tuple[int, int] | None = None,
@@ -293,6 +293,19 @@ class RecordBuilder:
         if late:
             self.logged_after_written += 1
         return rec
+
+
+def _names_in_arrays_masked(attributes: dict[str, Any], masker: PanMasker | NullMasker) -> dict[str, Any]:
+    """``attributes`` with the card numbers that names nested in their arrays' objects form starred
+    (``pan.mask_names_in_arrays``; flattening joined the other nested names already), counted by
+    ``masker``; as given with the null masker (no PAN can be there: ``record_names_may_contain_pan``)."""
+    if not isinstance(masker, PanMasker):
+        return attributes
+    for k, v in attributes.items():
+        if v.__class__ is list:
+            attributes[k], n = mask_names_in_arrays(v)
+            masker.masked += n
+    return attributes
 
 
 def aliased_text(lookup: Callable[[dict[str, Any], str], tuple[str, Any] | None], flat: dict[str, Any],
