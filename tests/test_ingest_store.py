@@ -175,9 +175,17 @@ def test_the_same_line_with_less_pod_identity_is_a_duplicate_not_a_conflict(sess
         assert s.execute(select(InferenceRecord.node_name, InferenceRecord.conflict)
                          .where(InferenceRecord.transaction_id == "T-000401").order_by(InferenceRecord.id)).all() == [
             (host + "-b", False), (host, True)]
-    # a copy without the node, or one adding it, is the same record (the node follows from the pod)
-    counts = run(*[x.replace("T-000193", "T-000410") for x in (no_node, full, no_node)])
-    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 1, "duplicates": 2, "conflicts": 0}
+    # a copy without the node is a duplicate; one that adds it is stored beside, unflagged (as a copy
+    # adding a pod uid is), and a later copy under another node contradicts it (the final tester's
+    # finding: with the node-less copy first, both later nodes were duplicates of it)
+    counts = run(*[x.replace("T-000193", "T-000410") for x in (no_node, full, no_node, full)])
+    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 2, "duplicates": 2, "conflicts": 0}
+    counts = run(*[x.replace("T-000193", "T-000411") for x in (no_node, full, other_node, other_node)])
+    assert {k: counts[k] for k in ("stored", "duplicates", "conflicts")} == {"stored": 3, "duplicates": 1, "conflicts": 1}
+    with sessions() as s:
+        assert s.execute(select(InferenceRecord.node_name, InferenceRecord.conflict)
+                         .where(InferenceRecord.transaction_id == "T-000411").order_by(InferenceRecord.id)).all() == [
+            (None, False), (host, False), (host + "-b", True)]
 
 
 PANS = ["4111111111111111", "5555555555554444", "378282246310005", "6011111111111117"]

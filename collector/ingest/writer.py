@@ -193,16 +193,18 @@ def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
 _IDENTITY_NODE = IDENTITY_COLUMNS.index("node_name")
 
 
-def _under_another_node(event: Event, stored: list[Event]) -> bool:
-    """Whether a stored scored record is the same event (``_same_values``, same cluster, same pod
-    identity but the node) under another node, both known: the record whose content key ``event``
-    shares, contradicted."""
+def _node_news(event: Event, stored: list[Event]) -> bool:
+    """Whether ``event``, whose content key a stored scored record holds, tells something about the
+    node that no stored copy of the same event (``_same_values``, same cluster, same pod identity but
+    the node) does: another node than one stored (a contradiction: ``_scored_again`` flags it), or a
+    node where every stored copy has none (identity added: stored beside, unflagged, as a copy
+    adding a pod uid is; a later copy under yet another node then contradicts it)."""
     identity, node = event[1], event[1][_IDENTITY_NODE]
     if node is None:
         return False
-    return any(_same_values(event, s) and event[2] == s[2] and s[1][_IDENTITY_NODE] not in (None, node)
-               and all(a == b for i, (a, b) in enumerate(zip(identity, s[1])) if i != _IDENTITY_NODE)
-               for s in stored)
+    copies = [s[1][_IDENTITY_NODE] for s in stored if _same_values(event, s) and event[2] == s[2]
+              and all(a == b for i, (a, b) in enumerate(zip(identity, s[1])) if i != _IDENTITY_NODE)]
+    return node not in copies
 
 
 def _with_node_key(rec: PreparedRecord) -> tuple[PreparedRecord, tuple[Any, ...], str]:
@@ -306,7 +308,7 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
             # The key leaves the node out (every shipper of one line gives one key, a CRI file none),
             # so the same scored event under another node has the key of the stored one: a
             # contradiction to store, flagged (``_scored_again``), under a key of its own.
-            if values[_DECISION] is None or not _under_another_node(_event(values), scored_txns.get(txn, [])):
+            if values[_DECISION] is None or not _node_news(_event(values), scored_txns.get(txn, [])):
                 result.duplicates += 1
                 continue
             rec, values, key = _with_node_key(rec)
