@@ -205,3 +205,25 @@ def test_a_containers_link_to_another_pods_file_gives_no_uid(tmp_path, database_
     assert _ingest(database_url, link)["stored"] == 1
     with sessions() as s:
         assert s.execute(select(InferenceRecord.pod_name, InferenceRecord.pod_uid)).one() == ("other-pod-5d4f9-abcde", None)
+
+
+def test_a_containers_link_through_the_pods_name_to_a_docker_file_carries_the_pod_uid(tmp_path, database_url, sessions):
+    """With the docker engine (cri-dockerd) the chain is two links long: /var/log/containers/X.log →
+    /var/log/pods/<ns>_<pod>_<uid>/<c>/0.log → /var/lib/docker/containers/<id>/<id>-json.log; the
+    final file's name has no uid, the middle one does (the final tester's finding)."""
+    docker = tmp_path / "var/lib/docker/containers" / ("ef" * 32)
+    docker.mkdir(parents=True)
+    target = docker / f"{'ef' * 32}-json.log"
+    target.write_text(json.dumps({"log": _ecs("DK-1", 1) + "\n", "stream": "stdout",
+                                  "time": "2025-11-29T08:00:01.200000000Z"}) + "\n")
+    pods = tmp_path / POD_DIR
+    pods.mkdir(parents=True)
+    (pods / "0.log").symlink_to(target)
+    containers = tmp_path / "var/log/containers"
+    containers.mkdir(parents=True)
+    link = containers / f"fraud-api-7c9d8-x2x4q_risk-inference_api-{'ef' * 32}.log"
+    link.symlink_to(pods / "0.log")
+    assert _ingest(database_url, link)["stored"] == 1
+    assert _ingest(database_url, pods / "0.log")["duplicates"] == 1
+    with sessions() as s:
+        assert s.execute(select(InferenceRecord.pod_uid)).scalar_one() == "0b6f7a52-6c5e-4a8e-9a57-0b8c1f2a3d4e"

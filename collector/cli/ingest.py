@@ -67,7 +67,7 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
     paths = _read_once(paths, reals)
     # a container log's rotated files and its live log, oldest first (a shell glob gives newest first)
     paths = tuple(paths[i] for i in in_rotation_order([reals[p] for p in paths]))
-    run.parser.streams.update({_source(p): log_stream(reals[p]) for p in paths})
+    run.parser.streams.update({_source(p): log_stream(_kubelet_file(p) or reals[p]) for p in paths})
     inputs = [open_input(p) for p in paths]
     show_progress = sys.stderr.isatty()
     try:
@@ -205,6 +205,29 @@ def _real(path: str) -> str:
     """``path`` resolved through symlinks (``stdin`` for ``-``), named as ``_source`` names: what
     tells which files are one log stream (a ``/var/log/containers`` link to a pod's live log)."""
     return _source(path if path == "-" else os.path.realpath(path))
+
+
+_MAX_LINKS = 40  # as the kernel's limit on symlinks followed in one lookup
+
+
+def _kubelet_file(path: str) -> str | None:
+    """The kubelet's ``/var/log/pods/…`` name of ``path`` when ``path`` is a symlink chain through
+    one (``/var/log/containers/X.log`` → ``/var/log/pods/<ns>_<pod>_<uid>/<c>/0.log``, which with
+    the docker engine links on to ``/var/lib/docker/containers/<id>/<id>-json.log``): that name
+    carries the pod uid, the final file's does not. None otherwise."""
+    if path == "-":
+        return None
+    current = path
+    for _ in range(_MAX_LINKS):
+        if not os.path.islink(current):
+            return None
+        try:
+            current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+        except OSError:
+            return None
+        if "/var/log/pods/" in current:
+            return current
+    return None
 
 
 def _read_once(paths: tuple[str, ...], reals: dict[str, str]) -> tuple[str, ...]:
