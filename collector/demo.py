@@ -277,13 +277,18 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
 def _suggested_trace(session, ids: list[str]) -> str | None:
     """The sample transaction whose trace answers "who else was on it" with another tenant's pod
-    (one scored during the planted violation), else the first; None without a sample."""
+    (one scored during the planted violation) — an ``exact`` one whose other tenant was surely there
+    (``certain``) first, else one with a possible tenant — else the first; None without a sample."""
     from collector.lineage import trace
 
+    possible = None
     for doc in trace(session, ids, cluster=DEMO_CLUSTER):
-        if any(c["namespace"] != doc["pod"]["namespace"] for c in doc["co_tenants"]):
+        others = [c for c in doc["co_tenants"] if c["namespace"] != doc["pod"]["namespace"]]
+        if others and doc["status"] == "exact" and any(c["certain"] for c in others):
             return doc["transaction_id"]
-    return ids[0] if ids else None
+        if others and possible is None:
+            possible = doc["transaction_id"]
+    return possible or (ids[0] if ids else None)
 
 
 def _mask_ingested_inputs(*paths: Path) -> None:

@@ -64,8 +64,11 @@ def test_the_trace_the_demo_suggests_names_the_other_tenant(demo):
                            "--database-url", result["database"]], capture_output=True, text=True, timeout=60)
     docs = {d["transaction_id"]: d for d in json.loads(proc.stdout)}
     crossed = [i for i in ids if any(c["namespace"] != docs[i]["pod"]["namespace"] for c in docs[i]["co_tenants"])]
+    # a tenant surely there first (the final tester's run suggested one listed only as possible)
+    surely = [i for i in crossed if docs[i]["status"] == "exact" and any(
+        c["certain"] and c["namespace"] != docs[i]["pod"]["namespace"] for c in docs[i]["co_tenants"])]
     # this short play may have scored no sample during the violation; the full demo does (README)
-    assert result["suggested_trace"] == (crossed[0] if crossed else ids[0])
+    assert result["suggested_trace"] == (surely or crossed or ids)[0]
 
 
 def test_no_full_card_number_anywhere_in_the_demo_outputs(demo):
