@@ -110,6 +110,25 @@ def test_1b_changes_a_silent_stream_held_back_are_a_coverage_gap(srv, sessions, 
     wait_until(lambda: w.readiness().ready, what="ready again after the gap")
 
 
+def test_1d_a_replay_longer_than_one_read_stays_inside_the_gap(srv, sessions, watcher_factory):
+    """80 claims of ~2 kB held back: the replay spans several 64 KiB reads; the gap closed after the
+    first one left most of them recorded after it (the final tester's finding)."""
+    w = watcher_factory()
+    _synced(w)
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
+    srv.close_watches()
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+    for i in range(80):
+        srv.apply(claim(f"big{i}", annotations={"bank.example/note": "x" * 2000}))
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 80, timeout_s=20, what="the held-back claims")
+    wait_until(lambda: [g for g in gaps(sessions, "ResourceClaim") if g.ended_ns], what="the gap closed")
+    (gap,) = gaps(sessions, "ResourceClaim")
+    with sessions() as s:
+        observed = [_ns(t) for t in s.execute(select(ObjectVersion.observed_at).where(ObjectVersion.kind == "ResourceClaim"))
+                    .scalars()]
+    assert max(observed) <= gap.ended_ns
+
+
 def test_1c_a_silent_stream_that_held_nothing_back_is_no_gap(srv, sessions, watcher_factory):
     w = watcher_factory()
     _synced(w)

@@ -204,10 +204,12 @@ class Reflector:
         self._confirm_lock = threading.Lock()
         # A stream found silent (read timeout): its last contact, until the resumed watch shows
         # whether changes were held back meanwhile (``_after_silence``); when the resumed watch was
-        # answered; a gap opened for the replay, to close once the replayed changes are submitted.
+        # answered; a gap opened for the replay, to close once the replayed changes are submitted
+        # (a bookmark after them, or ``resume_confirm_s`` after the answer: ``_caught_up``).
         self._silent_since_ns: int | None = None
         self._connected_ns = 0
         self._replay_gap_open = False
+        self._caught_up = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -338,7 +340,10 @@ class Reflector:
                     self._handle_line(line, position, pending)
                 # The server flushes when its queue is empty, so a chunk boundary is a natural batch end.
                 self._flush(pending)
-                if self._replay_gap_open:  # the held-back changes are in: complete again from here
+                if self._replay_gap_open and (self._caught_up or now_ns() - self._connected_ns
+                                              >= self.settings.resume_confirm_s * 1e9):
+                    # The held-back changes are in — a bookmark came after them, or the burst the
+                    # server sends at once has had its moment (a large one spans many reads): complete again.
                     self._replay_gap_open = False
                     self.sink.submit_synced(self.spec, self.resume_rv, now_ns())
                     self.in_gap = False
@@ -388,6 +393,7 @@ class Reflector:
         if self._silent_since_ns is not None:
             self._after_silence(event_type, pending)
         if event_type == "BOOKMARK":
+            self._caught_up = True  # everything up to its resourceVersion has been sent
             self._flush(pending)
             if rv:
                 self.resume_rv = rv
@@ -423,6 +429,7 @@ class Reflector:
                 or now_ns() - self._connected_ns > self.settings.resume_confirm_s * 1e9:
             return
         self._flush(pending)
+        self._caught_up = False
         log.warning("%s: the watch resumed after a silent stream replays changes made since %s: coverage gap until "
                     "they are recorded", self.spec.kind, since)
         self.sink.submit_gap(self.spec, self.resume_rv, "watch stream silent (read timeout, a half-open connection?): "
