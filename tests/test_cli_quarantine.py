@@ -50,8 +50,11 @@ def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_p
 
     typo = _run("quarantine", "--database-url", database_url, "--reason", "missing-txn", "--output", "json")
     assert typo.exit_code == 0 and json.loads(typo.stdout)["total"] == 0
-    assert typo.stderr == ("draudit: no quarantined line has a reason starting 'missing-txn'; reasons stored: "
+    assert typo.stderr == ("draudit: no quarantined line has a reason starting 'missing-txn'; their reasons: "
                            "bad-timestamp (1), missing-transaction-id (1), unparseable (1)\n")
+    scoped = _run("quarantine", "--database-url", database_url, "--reason", "zzz", "--source", "nope")
+    assert scoped.stderr == ("draudit: no quarantined line selected by --source/--run has a reason starting 'zzz'; "
+                             "their reasons: none (--source/--run match no line)\n")
 
 
 def test_a_line_refused_again_for_another_reason_is_listed_with_the_new_reason(tmp_path, database_url):

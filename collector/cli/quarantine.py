@@ -48,10 +48,13 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
         docs = [{"id": r.id, "received_at": r.received_at.isoformat().replace("+00:00", "Z"), "run_id": r.run_id,
                  "source": r.source, "position": r.position, "reason": r.reason, "raw_sha256": r.raw_sha256,
                  "raw_text": r.raw_text} for r in rows]
-        stored_reasons = _reason_slugs(session) if reason and not total else None
-    if stored_reasons:  # a reason that matches nothing: a typo, or a slug of another release
-        click.echo(f"draudit: no quarantined line has a reason starting {reason!r}; reasons stored: "
-                   + ", ".join(f"{slug} ({n})" for slug, n in stored_reasons), err=True)
+        # the reasons of the lines the other filters select (a --source or --run that matches nothing lists none)
+        stored_reasons = _reason_slugs(session, filters[1:]) if reason and not total else None
+    if stored_reasons is not None:  # a reason that matches nothing: a typo, or a slug of another release
+        scope = " selected by --source/--run" if len(filters) > 1 else ""
+        click.echo(f"draudit: no quarantined line{scope} has a reason starting {reason!r}; their reasons: "
+                   + (", ".join(f"{slug} ({n})" for slug, n in stored_reasons)
+                      or "none (--source/--run match no line)"), err=True)
     if output == "json":
         echo_json({"total": total, "shown": len(docs), "lines": docs})
         return
@@ -66,15 +69,17 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
         click.echo(f"({len(docs)} of {total} shown, the newest; --limit shows more, --output json gives whole lines)")
 
 
-def _reason_slugs(session) -> list[tuple[str, int]]:
-    """``(slug, lines)`` of the reasons in quarantine, most lines first: a reason's slug is its text
-    up to the first colon (``missing-transaction-id: no field …`` → ``missing-transaction-id``)."""
+def _reason_slugs(session, filters: list) -> list[tuple[str, int]]:
+    """``(slug, lines)`` of the reasons of the quarantined lines ``filters`` select, most lines first:
+    a reason's slug is its text up to the first colon (``missing-transaction-id: no field …`` →
+    ``missing-transaction-id``)."""
     from sqlalchemy import func, select
 
     from collector.store.models import Quarantine
 
     slugs: dict[str, int] = {}
-    for text, n in session.execute(select(Quarantine.reason, func.count()).group_by(Quarantine.reason)):
+    q = select(Quarantine.reason, func.count()).where(*filters).group_by(Quarantine.reason)
+    for text, n in session.execute(q):
         slug = text.split(":", 1)[0]
         slugs[slug] = slugs.get(slug, 0) + n
     return sorted(slugs.items(), key=lambda kv: (-kv[1], kv[0]))
