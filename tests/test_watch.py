@@ -82,6 +82,24 @@ def _ns(dt) -> int:
     return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
 
 
+def _stall_claim_watch(srv) -> None:
+    """The next ResourceClaim watch sends its headers, then nothing (a half-open connection)."""
+    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
+    srv.close_watches()
+    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+
+
+def _claim_gap_and_observed(sessions, n: int):
+    """Once ``n`` claims are stored and the ResourceClaim gap closed: the gap, and the claims' observed times (ns)."""
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == n, timeout_s=20, what="the held-back claims")
+    wait_until(lambda: [g for g in gaps(sessions, "ResourceClaim") if g.ended_ns], what="the gap closed")
+    (gap,) = gaps(sessions, "ResourceClaim")
+    with sessions() as s:
+        observed = [_ns(t) for t in s.execute(select(ObjectVersion.observed_at).where(ObjectVersion.kind == "ResourceClaim"))
+                    .scalars()]
+    return gap, observed
+
+
 def test_1b_changes_a_silent_stream_held_back_are_a_coverage_gap(srv, sessions, watcher_factory):
     """A half-open connection (headers, then nothing): the claims made meanwhile reach the store only
     when the read timeout has fired and the watch is resumed, observed then — seconds after they
@@ -89,20 +107,13 @@ def test_1b_changes_a_silent_stream_held_back_are_a_coverage_gap(srv, sessions, 
     transaction in it cannot be told the claims' state (the breaker's `exact` on a replaced GPU)."""
     w = watcher_factory()
     _synced(w)
-    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
-    srv.close_watches()
-    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+    _stall_claim_watch(srv)
     stalled = time.time_ns()
     time.sleep(0.2)
     made = time.time_ns()
     for i in range(2):
         srv.apply(claim(f"late{i}"))
-    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 2, timeout_s=15, what="the held-back claims")
-    wait_until(lambda: [g for g in gaps(sessions, "ResourceClaim") if g.ended_ns], what="the gap closed")
-    (gap,) = gaps(sessions, "ResourceClaim")
-    with sessions() as s:
-        observed = [_ns(t) for t in s.execute(select(ObjectVersion.observed_at).where(ObjectVersion.kind == "ResourceClaim"))
-                    .scalars()]
+    gap, observed = _claim_gap_and_observed(sessions, 2)
     assert gap.started_ns <= stalled < made  # from the stalled stream's last contact (its headers) ...
     assert min(observed) - made >= 700_000_000  # ... while the claims arrived a read timeout late ...
     assert max(observed) <= gap.ended_ns  # ... until they were in
@@ -115,26 +126,17 @@ def test_1d_a_replay_longer_than_one_read_stays_inside_the_gap(srv, sessions, wa
     first one left most of them recorded after it (the final tester's finding)."""
     w = watcher_factory()
     _synced(w)
-    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
-    srv.close_watches()
-    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+    _stall_claim_watch(srv)
     for i in range(80):
         srv.apply(claim(f"big{i}", annotations={"bank.example/note": "x" * 2000}))
-    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 80, timeout_s=20, what="the held-back claims")
-    wait_until(lambda: [g for g in gaps(sessions, "ResourceClaim") if g.ended_ns], what="the gap closed")
-    (gap,) = gaps(sessions, "ResourceClaim")
-    with sessions() as s:
-        observed = [_ns(t) for t in s.execute(select(ObjectVersion.observed_at).where(ObjectVersion.kind == "ResourceClaim"))
-                    .scalars()]
+    gap, observed = _claim_gap_and_observed(sessions, 80)
     assert max(observed) <= gap.ended_ns
 
 
 def test_1c_a_silent_stream_that_held_nothing_back_is_no_gap(srv, sessions, watcher_factory):
     w = watcher_factory()
     _synced(w)
-    srv.add_fault(Fault(kind="ResourceClaim", verb="watch", action="stall", seconds=30))
-    srv.close_watches()
-    wait_until(lambda: not srv.pending_faults(), what="the fault taken by the next watch")
+    _stall_claim_watch(srv)
     watches = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"])
     wait_until(lambda: len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"]) > watches,
                what="the watch resumed after the read timeout")
