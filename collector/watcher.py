@@ -209,7 +209,8 @@ class Watcher:
             fence = self.elector.is_leader if self.elector else None
             for spec in self.kinds:
                 self.metrics.declare_kind(spec.kind)
-            self.recorder = Recorder(self.sessions, self.settings.cluster, fence=fence, metrics=self.metrics)
+            self.recorder = Recorder(self.sessions, self.settings.cluster, fence=fence, metrics=self.metrics,
+                                     silence_bound_s=self.reflector_settings.read_timeout_s)
             self.recorder.start()
             self.reflectors = [
                 # Every pod, also one that references no ResourceClaim: a transaction it logged is

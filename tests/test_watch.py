@@ -606,3 +606,53 @@ def test_a_kind_listed_again_while_synced_in_one_run_is_not_called_a_crash(sessi
         rows = s.execute(select(CoverageInterval.state, CoverageInterval.started_ns, CoverageInterval.ended_ns)
                          .order_by(CoverageInterval.started_ns)).all()
     assert rows[:2] == [("synced", t1, t2), ("synced", t2, rows[1][2])] and "stopped" not in {r[0] for r in rows}
+
+
+def test_after_a_crash_a_kind_is_observed_until_its_own_last_contact_within_the_read_timeout(sessions):
+    """A run killed while one stream was silent (a half-open claim watch, seconds before SIGKILL): the
+    claims made then reach the store at the restart. That kind is observed until its own last
+    commit or bookmark — not until the other streams' last commit (the attribution breaker's
+    crash variant: ``exact`` and a false ``no-allocation`` in the silence) — and a quiet kind whose
+    last contact is older than the read timeout loses only that much (``Recorder.silence_bound_s``)."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import update
+
+    from collector.kube.discovery import watched_kinds
+    from collector.kube.recorder import Recorder
+    from collector.store.models import WatchState
+    from collector.timeutil import now_ns
+
+    specs = {k.kind: k for k in watched_kinds("v1") if k.kind in ("Pod", "ResourceClaim", "DeviceClass")}
+    s_ = 10**9
+    t0 = now_ns() - 600 * s_
+    alive, deaf, quiet = t0 + 400 * s_, t0 + 390 * s_, t0 + 100 * s_  # last contacts of Pod, ResourceClaim, DeviceClass
+    first = Recorder(sessions, "test-cluster", silence_bound_s=75)
+    first.start()
+    for spec in specs.values():
+        first.submit_synced(spec, "100", t0)
+    assert first.flush()
+    first._stop.set()  # killed: no clean stop closes the intervals
+    first._thread.join(5)
+    with sessions() as s, s.begin():
+        for kind, last in (("Pod", alive), ("ResourceClaim", deaf), ("DeviceClass", quiet)):
+            s.execute(update(WatchState).where(WatchState.kind == kind)
+                      .values(updated_at=datetime.fromtimestamp(last / 1e9, timezone.utc)))
+    restart = t0 + 420 * s_
+    second = Recorder(sessions, "test-cluster", silence_bound_s=75)
+    second.start()
+    try:
+        for spec in specs.values():
+            second.submit_synced(spec, "200", restart)
+        assert second.flush()
+    finally:
+        second.stop()
+    with sessions() as s:
+        rows = s.execute(select(CoverageInterval.kind, CoverageInterval.state, CoverageInterval.started_ns,
+                                CoverageInterval.ended_ns).where(CoverageInterval.started_ns < restart)).all()
+    observed = {k: (a, b) for k, state, a, b in rows if state == "synced"}
+    stopped = {k: (a, b) for k, state, a, b in rows if state == "stopped"}
+    us = 1000  # updated_at is stored to the microsecond
+    assert abs(observed["Pod"][1] - alive) < us and abs(observed["ResourceClaim"][1] - deaf) < us
+    assert abs(observed["DeviceClass"][1] - (alive - 75 * s_)) < us  # older than the bound: the bound
+    assert {k: b for k, (a, b) in stopped.items()} == {k: restart for k in specs}

@@ -131,17 +131,22 @@ class Recorder:
         metrics: optional ``collector.metrics.WatchMetrics``.
         batch_max_events: events per transaction at most.
         retry_delay_s: wait after a failed commit before retrying the same operations.
+        silence_bound_s: the reflectors' read timeout (``ReflectorSettings.read_timeout_s``): a
+            stream silent that long is noticed by a live process. After a crash each kind is taken as
+            observed until its own last commit or bookmark, but no earlier than this before the run
+            was last seen alive (``_previous_run_alive_ns``); None: until then, every kind alike.
     """
 
     def __init__(self, session_factory: sessionmaker[Session], cluster: str, *, fence: Callable[[], bool] | None = None,
                  metrics: Any = None, batch_max_events: int = 5_000, retry_delay_s: float = 1.0,
-                 queue_max: int = 100_000) -> None:
+                 queue_max: int = 100_000, silence_bound_s: float | None = None) -> None:
         self.sessions = session_factory
         self.cluster = cluster
         self.fence = fence
         self.metrics = metrics
         self.batch_max_events = batch_max_events
         self.retry_delay_s = retry_delay_s
+        self.silence_bound_ns = None if silence_bound_s is None else int(silence_bound_s * 1e9)
         self.queue: queue.Queue[_Op] = queue.Queue(maxsize=queue_max)
         self.status: dict[str, KindStatus] = {}
         self.fenced_out = threading.Event()
@@ -454,11 +459,24 @@ class Recorder:
         return None if latest is None else dt_to_ns(latest)
 
     def _previous_run_alive_ns(self, st: WatchState) -> int:
-        """For a kind the previous run left 'synced' (it crashed): when that run was last seen alive
-        (``_read_previous_run_alive_ns``). A kind's own last commit alone made a quiet kind
-        (ResourceSlices, DeviceClasses) "not running" from its last change on."""
+        """For a kind the previous run left 'synced' (it crashed): until when it was observed.
+
+        The run was last seen alive at its latest commit or bookmark of any kind
+        (``_read_previous_run_alive_ns``); the kind's own stream was last heard at its own
+        (``st.updated_at``). A stream silent since then (a half-open connection) held back what
+        changed, but the live process would have noticed a silence of ``silence_bound_ns`` (the
+        read timeout) — and recorded a gap: the kind is observed until its own last contact, or
+        that bound before the run's end if later. A quiet kind thus loses at most the bound at a
+        crash (with an API server's bookmarks, ~1/min, less), not everything since its last
+        change; the breaker's claim stream, deaf seconds before a SIGKILL, is no longer taken as
+        observed until the Pod stream's last commit."""
+        own = dt_to_ns(st.updated_at)
         alive = self._previous_alive_ns
-        return dt_to_ns(st.updated_at) if alive is _UNREAD or alive is None else alive
+        if alive is _UNREAD or alive is None:
+            return own
+        if self.silence_bound_ns is None:
+            return alive
+        return min(alive, max(own, alive - self.silence_bound_ns))
 
     def _ensure_state(self, s: Session, spec: KindSpec, at_ns: int) -> WatchState:
         st = self._state(s, spec.kind)
