@@ -109,3 +109,22 @@ def test_nested_names_in_quarantine_and_in_arrays_are_starred(tmp_path, database
         assert shown not in dump, shown
     quarantined = runner.invoke(cli, ["quarantine", "--database-url", database_url]).output
     assert quarantined.count('"****":{"****"') + quarantined.count('\\"****\\": {\\"****') >= 2 and "4111" not in quarantined
+
+
+def test_the_names_a_reader_joins_are_its_paths_not_the_names_in_text_order():
+    """A sibling with a digit between the groups (``{"4111":{"a1":0,"1111":…}}``) hid the card from a
+    check that joined every digit-holding name in text order; the paths ``4111.1111.1111.1111`` and
+    ``4111.a1`` are what a reader gets. Conversely, names of different paths never form one card."""
+    from collector.ingest.pan import mask_member_name_digits, mask_names_in_arrays, record_names_may_contain_pan
+
+    interleaved = {"4111": {"a1": 0, "1111": {"1111": {"1111": "x"}}}}
+    line = json.dumps({"message": "x", **interleaved}, separators=(",", ":"))
+    assert mask_member_name_digits(line) == (line.replace("4111", "****").replace("1111", "****").replace("a1", "a*"), 1)
+    in_log = json.dumps({"log": line, "stream": "stdout"})  # escaped inside a Fluent Bit log string
+    assert mask_member_name_digits(in_log)[1] == 1 and "4111" not in mask_member_name_digits(in_log)[0]
+    assert record_names_may_contain_pan({"kv": [interleaved]})
+    assert mask_names_in_arrays([interleaved]) == ([{"****": {"a*": 0, "****": {"****": {"****": "x"}}}}], 1)
+    apart = json.dumps({"c": {"4111": 1}, "d": {"1111": {"1111": {"1111": 1}}}})
+    assert mask_member_name_digits(apart) == (apart, 0)  # two paths, no card in either
+    cut = 'not json "4111":{"1111":{"1111":{"1111":1'  # undecodable: the names in text order
+    assert mask_member_name_digits(cut)[1] == 1

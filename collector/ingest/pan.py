@@ -56,6 +56,10 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any, Iterable
 
+import orjson
+
+from collector.ingest.jsondoc import flatten
+
 PAN_MIN_DIGITS = 13
 PAN_MAX_DIGITS = 19
 
@@ -262,54 +266,87 @@ _NOT_ASCII_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 # A JSON member name as a text shows it — quoted, or with escaped quotes inside a JSON string
 # (a Fluent Bit ``log``) — followed by its colon: the backslashes before both quotes match.
 _MEMBER_NAME = re.compile(r'(\\*)"([^"\\]*\d[^"\\]*)\1"(?=\s*:)')
-_ANY_DIGIT = re.compile(r"\d")
+ANY_DIGIT = re.compile(r"\d")  # also the parser's: a raw hash's digits hidden
 
 
 def record_names_may_contain_pan(flat: dict[str, Any]) -> bool:
-    """``member_names_may_contain_pan`` of a flattened record's keys, and of the names nested in the
+    """``member_names_may_contain_pan`` of a flattened record's keys, and of the name paths of the
     objects its arrays hold (flattening keeps arrays as values: ``{"kv":[{"4111":{"1111":…}}]}``)."""
     if member_names_may_contain_pan(flat):
         return True
-    for v in flat.values():
-        if v.__class__ is list and _array_names_may_contain_pan(v):
+    for v in flat.values():  # a loop, not any(): this runs for every line of the parse workers' fast path
+        if v.__class__ is list and member_names_may_contain_pan(_name_paths(v)):
             return True
     return False
 
 
-def _array_names_may_contain_pan(items: list[Any]) -> bool:
-    for v in items:
-        if isinstance(v, dict):
-            joined = ".".join(_nested_names(v))
-            if joined and member_names_may_contain_pan([joined]):
-                return True
-            if any(isinstance(x, list) and _array_names_may_contain_pan(x) for x in v.values()):
-                return True
-        elif isinstance(v, list) and _array_names_may_contain_pan(v):
-            return True
-    return False
+def _name_paths(value: Any) -> list[str]:
+    """The dotted member-name paths of the objects in ``value`` as flattening gives them
+    (``jsondoc.flatten``), each object in an array flattened on its own: the names a reader joins."""
+    if isinstance(value, dict):
+        flat = flatten(value)
+        return [*flat, *(p for v in flat.values() if isinstance(v, list) for p in _name_paths(v))]
+    if isinstance(value, list):
+        return [p for v in value for p in _name_paths(v)]
+    return []
+
+
+def _enough_digits(text: str) -> bool:
+    """False when ``text`` is ASCII with fewer digits than a PAN has (a cheap first test)."""
+    return not text.isascii() or len(text.encode("ascii").translate(None, _NOT_ASCII_DIGITS)) >= PAN_MIN_DIGITS
+
+
+def _holds_pan(paths: list[str]) -> bool:
+    """Whether a path among ``paths`` holds a card number (``mask_text``; pre-filtered)."""
+    return member_names_may_contain_pan(paths) and any(mask_text(p)[1] for p in paths)
 
 
 def mask_member_name_digits(text: str) -> tuple[str, int]:
-    """``text`` (a raw JSON line, as quarantined or hashed) with every digit of its member names
-    starred when those names, joined by dots in the order they appear, hold a card number
-    (``mask_text``): nested names such as ``{"4111":{"1111":{"1111":{"1111":…}}}}``, which every
-    reader that flattens the object joins into ``4111.1111.1111.1111`` (``member_names_may_contain_pan``),
-    while the text shows their groups apart. Returns the text and 1 (one PAN counted) or 0.
-    Conservative: names of unrelated members may be starred too; only names holding digits are
-    looked at."""
+    """``text`` (a raw JSON line, as quarantined) with every digit of its member names starred when
+    its nested names hold a card number: ``{"4111":{"1111":{"1111":{"1111":…}}}}``, which every
+    reader that flattens the object joins into ``4111.1111.1111.1111``, while the text shows the
+    groups apart. Decided on the name paths of the decoded line (``_name_paths``; a string member
+    holding a JSON object — Fluent Bit's ``log`` — decoded too); a text that does not decode, on its
+    names joined in the order they appear. Returns the text and 1 (one PAN counted) or 0.
+    Conservative: names of unrelated members are starred too; only names holding digits are looked at."""
     names = [m.group(2) for m in _MEMBER_NAME.finditer(text)] if '"' in text else []
-    joined = ".".join(names)  # as flattening joins nested names
-    if not names or not member_names_may_contain_pan([joined]) or not mask_text(joined)[1]:
+    if not _enough_digits("".join(names)):
         return text, 0
-    return _MEMBER_NAME.sub(lambda m: f'{m.group(1)}"{_ANY_DIGIT.sub("*", m.group(2))}{m.group(1)}"', text), 1
+    try:
+        paths = _text_paths(orjson.loads(text))
+    except orjson.JSONDecodeError:
+        paths = [".".join(names)]
+    if not _holds_pan(paths):
+        return text, 0
+    return _MEMBER_NAME.sub(lambda m: f'{m.group(1)}"{ANY_DIGIT.sub("*", m.group(2))}{m.group(1)}"', text), 1
+
+
+def _text_paths(value: Any) -> list[str]:
+    """``_name_paths`` of a decoded line, with those of the JSON objects its string values hold."""
+    paths = _name_paths(value)
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str) and v[:1] == "{":
+            try:
+                inner = orjson.loads(v)
+            except orjson.JSONDecodeError:
+                continue
+            paths.extend(_name_paths(inner))
+            stack.append(inner)
+    return paths
 
 
 def mask_names_in_arrays(value: Any) -> tuple[Any, int]:
     """``value`` (a flattened record's attribute value) with the member names of the objects inside
-    its arrays starred digit by digit where their nested names hold a card number
-    (``mask_member_name_digits``' rule): flattening joins the names of nested objects but keeps
-    arrays as values, so ``{"kv":[{"4111":{"1111":…}}]}`` keeps its groups apart. Returns the value
-    (the same object when nothing changed) and the PANs counted (0 or 1 per object)."""
+    its arrays starred digit by digit where their name paths hold a card number: flattening joins
+    the names of nested objects but keeps arrays as values, so ``{"kv":[{"4111":{"1111":…}}]}``
+    keeps its groups apart. Returns the value (the same object when nothing changed) and the PANs
+    counted (0 or 1 per object)."""
     if isinstance(value, list):
         out, n = [], 0
         for v in value:
@@ -318,8 +355,7 @@ def mask_names_in_arrays(value: Any) -> tuple[Any, int]:
             n += k
         return (out, n) if n else (value, 0)
     if isinstance(value, dict):
-        joined = ".".join(_nested_names(value))
-        if joined and member_names_may_contain_pan([joined]) and mask_text(joined)[1]:
+        if _holds_pan(list(flatten(value))):
             return _starred_names(value), 1
         out, n = {}, 0
         for k, v in value.items():
@@ -329,20 +365,9 @@ def mask_names_in_arrays(value: Any) -> tuple[Any, int]:
     return value, 0
 
 
-def _nested_names(obj: dict[str, Any]) -> list[str]:
-    """The member names holding a digit of ``obj`` and its nested objects (not inside arrays), in order."""
-    names = []
-    for k, v in obj.items():
-        if isinstance(k, str) and _ANY_DIGIT.search(k):
-            names.append(k)
-        if isinstance(v, dict):
-            names.extend(_nested_names(v))
-    return names
-
-
 def _starred_names(value: Any) -> Any:
     if isinstance(value, dict):
-        return {(_ANY_DIGIT.sub("*", k) if isinstance(k, str) else k): _starred_names(v) for k, v in value.items()}
+        return {(ANY_DIGIT.sub("*", k) if isinstance(k, str) else k): _starred_names(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_starred_names(v) for v in value]
     return value
@@ -359,7 +384,7 @@ def member_names_may_contain_pan(names: Iterable[str]) -> bool:
     by ``|`` (which joins no digit run) get ``may_contain_pan``'s test (without its one-entry cache,
     which holds the line's own answer)."""
     joined = "|".join(names)
-    if joined.isascii() and len(joined.encode("ascii").translate(None, _NOT_ASCII_DIGITS)) < PAN_MIN_DIGITS:
+    if not _enough_digits(joined):
         return False
     if _may_contain_pan(joined):
         return True

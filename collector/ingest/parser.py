@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import re
 from dataclasses import dataclass, field
 from json.decoder import scanstring
 from typing import Any, Callable, Iterable
@@ -43,9 +42,10 @@ from collector.ingest.jsonarray import starts_record_array
 from collector.ingest.jsondoc import DEFAULT_MAX_DEPTH, Decoder, JsonRejected, flatten
 from collector.ingest.otlp import (OTLP_SNIFF_BYTES, OtlpLogRecord, OtlpMalformed, json_depth_limit,
                                    looks_like_export_request, records_from_json, value_depth, without_nul)
-from collector.ingest.pan import (NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape, mask_binary,
-                                  mask_cut_end, mask_cut_start, mask_exponent_numbers, mask_text, may_contain_pan,
-                                  mask_member_name_digits, number_holds_pan, record_names_may_contain_pan)
+from collector.ingest.pan import (ANY_DIGIT, NULL_MASKER, TRAILING_DIGIT_RUN, PanMasker, has_unicode_escape,
+                                  mask_binary, mask_cut_end, mask_cut_start, mask_exponent_numbers,
+                                  mask_member_name_digits, mask_text, may_contain_pan, number_holds_pan,
+                                  record_names_may_contain_pan)
 from collector.ingest.payloads import PAYLOAD_FORMATS, RecordBuilder, Rejected, detect_format, prepare
 from collector.ingest.record import CanonicalRecord
 from collector.ingest.rotation import log_stream
@@ -63,8 +63,6 @@ QUARANTINE_TEXT_CHARS = 4096  # prefix of an oversize line kept in quarantine
 # first keeps its first 6 digits (``pan.mask_cut_end``), the start of the second its last 4
 # (``pan.mask_cut_start``): together no more than a masked PAN shows. Where each piece's payload
 # is written in its raw line: ``_payload_spans``.
-
-_ANY_DIGIT = re.compile(r"\d")  # a raw hash's text when a PAN may hide in member names
 
 
 _JSON_KIND = {str: "a JSON string", int: "a JSON number", float: "a JSON number", list: "a JSON array",
@@ -268,9 +266,8 @@ class LineParser:
         masked = _sanitise(text if premasked else self.masker.text(text, keep_otlp_times=True))
         masked, name_pans = mask_member_name_digits(masked)  # {"4111":{"1111":…}}: the names hold one
         masked, exponent_pans = mask_exponent_numbers(masked)  # 4.111111111111111e15 shows a PAN's digits
-        self.masker.masked += name_pans
         masked, binary_runs = mask_binary(masked)
-        self.masker.masked += exponent_pans + binary_runs
+        self.masker.masked += name_pans + exponent_pans + binary_runs
         if truncated or len(masked) > QUARANTINE_TEXT_CHARS:
             masked = masked[:QUARANTINE_TEXT_CHARS]
             # never keep a PAN cut in half (nor behind the U+FFFD of a multi-byte character cut there)
@@ -684,7 +681,7 @@ class LineParser:
             if self._decoder.saw_exponent:  # 4.111111111111111e15 is a PAN that mask_text does not read
                 hash_text = mask_exponent_numbers(hash_text)[0]
             if names_pan:  # the line shows the PAN's groups apart, which mask_text does not join
-                hash_text = _ANY_DIGIT.sub("*", hash_text)
+                hash_text = ANY_DIGIT.sub("*", hash_text)
             raw_sha256 = _sha256(hash_text)
         else:  # nothing decoded from this line can hold a PAN: skip the per-field scan
             masker, raw_sha256 = NULL_MASKER, _sha256(raw)
