@@ -422,8 +422,9 @@ class Reflector:
         """The first event of the watch resumed after a silent stream. Changes the server replays at
         once were made while we heard nothing: they are recorded when they arrive, but they happened
         at some unknown time since the last contact — a coverage gap from then until they are in
-        (``_watch_once`` closes it after the chunk). A bookmark first, or a change only after
-        ``resume_confirm_s``, means nothing was held back: no gap (a quiet stream that timed out)."""
+        (``_watch_once`` closes it after a bookmark, or ``resume_confirm_s`` after the answer). A
+        bookmark first, or a change only after ``resume_confirm_s``, means nothing was held back: no
+        gap (a quiet stream that timed out)."""
         since, self._silent_since_ns = self._silent_since_ns, None
         if event_type not in ("ADDED", "MODIFIED", "DELETED") or since is None \
                 or now_ns() - self._connected_ns > self.settings.resume_confirm_s * 1e9:
@@ -432,11 +433,8 @@ class Reflector:
         self._caught_up = False
         log.warning("%s: the watch resumed after a silent stream replays changes made since %s: coverage gap until "
                     "they are recorded", self.spec.kind, since)
-        self.sink.submit_gap(self.spec, self.resume_rv, "watch stream silent (read timeout, a half-open connection?): "
-                             "changes made meanwhile were delivered late", now_ns(), since_ns=since)
-        if self.metrics:
-            self.metrics.gaps.labels(self.spec.kind).inc()
-        self.in_gap = True
+        self._open_gap("watch stream silent (read timeout, a half-open connection?): changes made meanwhile were "
+                       "delivered late", since_ns=since)
         self._replay_gap_open = True
 
     def _confirm_resume(self, rv: str | None) -> None:
@@ -493,12 +491,16 @@ class Reflector:
 
     def _enter_gap(self, reason: str) -> None:
         log.warning("%s: %s — relisting; events after resourceVersion %s may be lost", self.spec.kind, reason, self.resume_rv)
+        self._open_gap(reason)
+        self.resume_rv = None
+
+    def _open_gap(self, reason: str, since_ns: int | None = None) -> None:
+        """Record a coverage gap from ``resume_rv`` (once while one is open; ``Sink.submit_gap``)."""
         if not self.in_gap:
-            self.sink.submit_gap(self.spec, self.resume_rv, reason, now_ns())
+            self.sink.submit_gap(self.spec, self.resume_rv, reason, now_ns(), since_ns=since_ns)
             if self.metrics:
                 self.metrics.gaps.labels(self.spec.kind).inc()
         self.in_gap = True
-        self.resume_rv = None
 
     def unreachable_since_ns(self, at_ns: int) -> int | None:
         """The last contact with the API server (ns UTC) if requests have failed for longer than
