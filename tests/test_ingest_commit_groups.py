@@ -113,7 +113,7 @@ def test_a_row_stored_by_a_concurrent_writer_after_the_lookup_counts_as_a_duplic
     first = IngestRun(sessions, Settings(cluster="c1"), workers=1, batch_size=10)
     first.ingest_stream(io.BytesIO(_input(20)), "app.log")
     assert first.finish().stored == 18
-    monkeypatch.setattr(writer, "_known", lambda session, txn_ids: (set(), {}))
+    monkeypatch.setattr(writer, "_known", lambda session, txn_ids: (set(), {}, {}))
     run = IngestRun(sessions, Settings(cluster="c1"), workers=1, batch_size=10)
     run.ingest_stream(io.BytesIO(_input(30)), "app.log")
     counts = run.finish()

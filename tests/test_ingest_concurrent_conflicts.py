@@ -146,7 +146,7 @@ def test_the_postgresql_lookup_uses_the_transaction_index_on_a_table_never_analy
     with make_session_factory(engine)() as session:
         conn = session.connection()
         conn.exec_driver_sql("SET LOCAL enable_seqscan = on")
-        keys, _ = _known(session, ids)
+        keys, _, _ = _known(session, ids)
         assert len(keys) == 1001  # T-49000 .. T-50000
         assert conn.exec_driver_sql("SELECT current_setting('enable_seqscan')").scalar_one() == "on"  # restored
         conn.exec_driver_sql("SET LOCAL enable_seqscan = off")

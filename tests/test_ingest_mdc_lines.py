@@ -87,3 +87,42 @@ def test_a_dotted_card_number_cut_between_two_files_is_masked_in_both_halves(ses
     with sessions() as s:
         texts = s.execute(select(Quarantine.raw_text).order_by(Quarantine.id)).scalars().all()
     assert texts[0].endswith("card 411111*******") and "F ***1111 end" in texts[1], texts
+
+
+def test_a_context_line_re_sent_with_less_pod_identity_is_a_duplicate(sessions, database_url, tmp_path):
+    """A tester's finding: the scored event re-sent without ``kubernetes.pod_id`` (Fluent Bit's API
+    lookup failed) or as the bare application line was a duplicate, but the request's other lines
+    were stored twice. They follow the same rule now, across runs and within one batch; a copy that
+    adds pod identity the stored one lacked is stored beside it, and another message is another line."""
+    kubernetes = {"pod_name": "risk-api-5f7c9-qx2lm", "namespace_name": "risk", "container_name": "risk-api",
+                  "pod_id": "5b0c6a4e-2f1d-4c3b-9a8e-7d6c5b4a3f21", "host": "gpu-node-07"}
+
+    def fluent(line: str, **k8s_changes) -> str:
+        k8s = {k: v for k, v in dict(kubernetes, **k8s_changes).items() if v is not None}
+        return json.dumps({"date": 1764494102.5, "stream": "stdout", "log": line, "kubernetes": k8s})
+
+    def run(name: str, *lines: str):
+        path = tmp_path / name
+        path.write_text("".join(line + "\n" for line in lines))
+        return ingest_paths(sessions, settings_for(database_url), [path]).as_dict()
+
+    received, calling = REQUEST[0], REQUEST[1]
+    assert run("full.log", fluent(received), fluent(calling))["stored"] == 2
+    # a later run: the same lines without the pod uid, and bare: duplicates, stored nowhere again
+    counts = run("resend.log", fluent(received, pod_id=None), received, fluent(calling, pod_id=None), calling)
+    assert (counts["stored"], counts["duplicates"], counts["conflicts"]) == (0, 4, 0)
+    with sessions() as s:
+        rows = s.execute(select(InferenceRecord.pod_uid, InferenceRecord.attributes["message"].as_string())
+                         .where(InferenceRecord.transaction_id == "TX-8812").order_by(InferenceRecord.id)).all()
+    assert [tuple(r) for r in rows] == [(kubernetes["pod_id"], "Received scoring request"),
+                                        (kubernetes["pod_id"], "Calling Triton fraud_xgb")]
+    # another pod's line with the same message is not a copy of this one; nor is another message
+    other_pod = run("other.log", fluent(received, pod_name="risk-api-5f7c9-zz9aa", pod_id=None),
+                    fluent(_line(104, "Calling Triton fraud_lgbm"), pod_id=None))
+    assert (other_pod["stored"], other_pod["duplicates"]) == (2, 0)
+
+    # one batch, the bare line first: the copy adding the pod uid is stored beside it, the copies
+    # after it add nothing
+    line = _line(222, "Received scoring request").replace("TX-8812", "TX-8813")
+    counts = run("batch.log", line, fluent(line, pod_id=None), fluent(line), fluent(line, pod_id=None), line)
+    assert (counts["stored"], counts["duplicates"], counts["conflicts"]) == (3, 2, 0)

@@ -60,7 +60,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from collector.ingest.parser import Outcome
-from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord
+from collector.ingest.record import POSITION_CHARS, PREPARED_COLUMNS, PreparedRecord, event_text
 from collector.store import ledger
 from collector.store.bulk import core_bind, pg_copy_insert, pg_copy_new, pg_insert_staged, pg_stage, sqlite_insert_new
 from collector.store.canonical import content_hash
@@ -86,6 +86,11 @@ _KEY = PREPARED_COLUMNS.index("dedup_key")
 _DECISION = PREPARED_COLUMNS.index("decision")
 _NODE = PREPARED_COLUMNS.index("node_name")
 _ATTRS = PREPARED_COLUMNS.index("attributes")
+# ``CanonicalRecord.business_content``'s columns but the message (a record without a decision's)
+_CONTENT_COLUMNS = ("transaction_id", "event_time_ns", "event_time_precision_ns", "cluster", "pod_uid", "pod_namespace",
+                    "pod_name", "container_name", "model_name", "model_version", "decision", "latency_ms", "trace_id",
+                    "span_id")
+_CONTENT = itemgetter(*[PREPARED_COLUMNS.index(c) for c in _CONTENT_COLUMNS])
 _SQLITE_INSERT = (f"INSERT INTO inference_records ({', '.join(INSERT_COLUMNS)}) "
                   f"VALUES ({', '.join('?' for _ in INSERT_COLUMNS)}) ON CONFLICT (dedup_key) DO NOTHING")
 
@@ -135,19 +140,24 @@ def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tup
 Event = tuple[tuple[Any, ...], tuple[Any, ...], str | None]  # (EVENT_COLUMNS values, IDENTITY_COLUMNS values, cluster)
 
 
-def _known(session: Session, txn_ids: Sequence[str]) -> tuple[set[str], dict[str, list[Event]]]:
-    """The dedup keys already stored among ``txn_ids``, and for the ids stored with a decision (a
-    scored record: see ``_write_records``) the events stored under them."""
+def _known(session: Session, txn_ids: Sequence[str]
+           ) -> tuple[set[str], dict[str, list[Event]], dict[str, list[tuple[Event, str]]]]:
+    """The dedup keys already stored among ``txn_ids``; for the ids stored with a decision (a
+    scored record: see ``_write_records``) the events stored under them; for the records stored
+    without a decision, their events with their dedup keys (``_plain_copy_of``)."""
     keys: set[str] = set()
     scored: dict[str, list[Event]] = {}
+    plain: dict[str, list[tuple[Event, str]]] = {}
     n_event = len(EVENT_COLUMNS)
     n_identity = len(IDENTITY_COLUMNS)
     for txn, key, has_decision, *rest in _known_rows(session, txn_ids):
         keys.add(key)
+        event = (tuple(rest[:n_event]), tuple(rest[n_event:n_event + n_identity]), rest[n_event + n_identity])
         if has_decision:
-            scored.setdefault(txn, []).append((tuple(rest[:n_event]), tuple(rest[n_event:n_event + n_identity]),
-                                               rest[n_event + n_identity]))
-    return keys, scored
+            scored.setdefault(txn, []).append(event)
+        else:
+            plain.setdefault(txn, []).append((event, key))
+    return keys, scored, plain
 
 
 def _event(values: tuple[Any, ...]) -> Event:
@@ -191,6 +201,38 @@ def _scored_again(event: Event, stored: list[Event]) -> tuple[bool, bool]:
 
 
 _IDENTITY_NODE = IDENTITY_COLUMNS.index("node_name")
+_KEY_IDENTITY = ("pod_uid", "pod_namespace", "pod_name", "container_name")  # the pod identity in a dedup key
+
+
+def _plain_copy_of(values: tuple[Any, ...], exact_json: bool, stored: list[tuple[Event, str]]) -> bool:
+    """Whether a record without a decision (``values`` in ``PREPARED_COLUMNS`` order, its dedup key
+    not stored) is a copy of one stored without a decision (``stored``: the events with their keys of
+    its transaction, earlier in the batch included) that only lacks pod identity or has a coarser
+    time: the rule ``_scored_again`` applies to scored events, for the transaction's other lines.
+
+    Such a line's key also holds its message (``record.event_text``), which the lookup does not
+    read. So for each stored record of the same event (``_same_values``) and cluster whose pod
+    identity includes every value this one gives (a re-send without ``kubernetes.pod_id``, the bare
+    application line through another path), the key this record would have with that record's
+    identity and time is computed: equal to its key, the message is the same too. A copy that adds
+    identity (the bare line came first) is stored beside it, as for scored events."""
+    event = _event(values)
+    identity, cluster = event[1], event[2]
+    attributes: Any = None
+    for s_event, s_key in stored:
+        if s_event[2] != cluster or not _same_values(event, s_event) \
+                or not all(a is None or a == b for a, b in zip(identity, s_event[1])):
+            continue
+        if attributes is None:  # decoded once, and only when a stored line may be this one
+            text = values[_ATTRS]
+            attributes = orjson.loads(text) if exact_json else json.loads(text)
+        content = dict(zip(_CONTENT_COLUMNS, _CONTENT(values)))
+        content.update(zip(_KEY_IDENTITY, s_event[1]))  # IDENTITY_COLUMNS start with the key's four
+        content["event_time_ns"], content["event_time_precision_ns"] = s_event[0][0], s_event[0][1]
+        content["message"] = event_text(attributes)
+        if content_hash(content) == s_key:
+            return True
+    return False
 
 
 def _node_news(event: Event, stored: list[Event]) -> bool:
@@ -298,7 +340,7 @@ def write_batch(session: Session, outcomes: Iterable[Outcome], *, run_id: str | 
 
 def _write_records(session: Session, records: list[PreparedRecord], run_id: str | None, received_ns: int,
                    result: BatchResult) -> None:
-    existing_keys, scored_txns = _known(session, sorted({r.values[_TXN] for r in records}))
+    existing_keys, scored_txns, plain_txns = _known(session, sorted({r.values[_TXN] for r in records}))
     batch_keys: set[str] = set()
     fresh: dict[str, tuple[PreparedRecord, tuple[Any, ...]]] = {}
     for rec in records:
@@ -331,6 +373,12 @@ def _write_records(session: Session, records: list[PreparedRecord], run_id: str 
                     result.duplicates += 1
                     continue
             stored.append(event)
+        else:  # the transaction's other lines: a copy with less pod identity is a duplicate too
+            plain = plain_txns.setdefault(txn, [])
+            if plain and _plain_copy_of(values, rec.exact_json, plain):
+                result.duplicates += 1
+                continue
+            plain.append((_event(values), key))
         batch_keys.add(key)
         fresh[key] = (rec, values + (received_ns, run_id, conflict))
     if not fresh:
