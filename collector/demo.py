@@ -53,6 +53,7 @@ class DemoResult:
     violation: dict[str, Any]
     timings_s: dict[str, float] = field(default_factory=dict)
     suggested_trace: str | None = None  # the sample id the demo suggests tracing (``_suggested_trace``)
+    quarantine_reasons: dict[str, int] = field(default_factory=dict)  # reason slug → quarantined lines stored
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class DemoResult:
             "sample": self.sample,
             "suggested_trace": self.suggested_trace,
             "ingest": self.ingest,
+            "quarantine_reasons": self.quarantine_reasons,
         }
 
 
@@ -265,6 +267,7 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         by_status = dict(s.execute(select(Lineage.status, func.count()).group_by(Lineage.status)).all())
         findings = [{**f, "pods": _consumer_pods(s, f)} for f in evaluation.findings]
         suggested = _suggested_trace(s, [x["transaction_id"] for x in logs.sample])
+        reasons = _quarantine_reasons(s)
     transactions = {st: int(by_status.get(st, 0)) for st in ("exact", "ambiguous", "unattributed")}
     engine.dispose()
     return DemoResult(
@@ -272,7 +275,19 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
         ingest=ingest, findings=sorted(findings, key=lambda f: (_KIND_ORDER.get(f["kind"], 9), f["rule"])),
         pack_path=pack.path, archive_path=pack.archive, verified=all(c.ok for c in checks),
         checks=[(c.name, c.ok, c.detail) for c in checks], sample=list(logs.sample), violation=scenario.violation,
-        timings_s=timings, suggested_trace=suggested)
+        timings_s=timings, suggested_trace=suggested, quarantine_reasons=reasons)
+
+
+def _quarantine_reasons(session) -> dict[str, int]:
+    """Quarantined ingest lines by reason slug (the text before the reason's colon), most first."""
+    from collector.store.models import Quarantine
+
+    counts: dict[str, int] = {}
+    for reason, n in session.execute(select(Quarantine.reason, func.count()).where(Quarantine.stage == "ingest")
+                                     .group_by(Quarantine.reason)).all():
+        slug = reason.split(":", 1)[0]
+        counts[slug] = counts.get(slug, 0) + int(n)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _suggested_trace(session, ids: list[str]) -> str | None:

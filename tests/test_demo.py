@@ -40,6 +40,9 @@ def test_demo_reports_the_planted_violation_and_a_verified_pack(demo):
     assert ing["read"] == ing["file_read"] + ing["otlp_records"] and ing["otlp_records"] > 0
     assert ing["quarantined"] == ing["file_quarantined"] + ing["otlp_rejected"]
     assert ing["read"] == ing["stored"] + ing["duplicates"] + ing["quarantined"]
+    # the stored quarantine rows by reason slug, as `draudit quarantine` lists them
+    reasons = result["quarantine_reasons"]
+    assert sum(reasons.values()) == ing["quarantined"] and all(k and ":" not in k for k in reasons)
 
 
 def test_trace_of_sample_ids_matches_the_scenario_placement(demo):
@@ -79,3 +82,19 @@ def test_no_full_card_number_anywhere_in_the_demo_outputs(demo):
             data = path.read_bytes()
             assert pan_plain not in data and pan_spaced not in data, path
     assert b"411111******1111" in (out / "logs" / "fluentbit.jsonl").read_bytes()
+
+
+def test_the_text_summary_names_the_quarantine_reasons_and_the_command_that_lists_them(demo, capsys):
+    """A newcomer's finding: the summary said "5 quarantined with reasons" without giving them."""
+    from collector.cli.demo import _print_summary
+    from collector.demo import DemoResult
+
+    out, result = demo
+    r = DemoResult(out_dir=out, database_url=result["database"], transactions=result["transactions"], by_reason={},
+                   ingest=result["ingest"], findings=[], pack_path=out / "pack", archive_path=None, verified=True,
+                   checks=[], sample=[], violation={}, quarantine_reasons=result["quarantine_reasons"])
+    _print_summary(r)
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.strip().startswith("quarantined by reason:"))
+    assert line.split(": ", 1)[1] == ", ".join(f"{k} {v}" for k, v in result["quarantine_reasons"].items())
+    assert f"quarantine --database-url {result['database']}" in text

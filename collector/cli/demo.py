@@ -82,8 +82,11 @@ def _print_summary(r) -> None:
       + (f"  (reasons: {', '.join(f'{k} {v}' for k, v in sorted(r.by_reason.items()))})" if r.by_reason else ""))
     ing = r.ingest
     e(f"  ingest: {ing['read']} read ({ing['file_read']} file lines, {ing['otlp_records']} OTLP log records) = "
-      f"{ing['stored']} stored + {ing['duplicates']} duplicates + {ing['quarantined']} quarantined with reasons; "
+      f"{ing['stored']} stored + {ing['duplicates']} duplicates + {ing['quarantined']} quarantined; "
       f"{ing['pan_masked']} card number(s) masked")
+    reasons = getattr(r, "quarantine_reasons", None)
+    if reasons:
+        e(f"  quarantined by reason: {', '.join(f'{k} {v}' for k, v in reasons.items())}")
     e("  findings:")
     for f in r.findings:
         subjects = f.get("subjects") or {}
@@ -103,6 +106,8 @@ def _print_summary(r) -> None:
     e("next:")
     prog = _invoked_as()
     e(f"  {prog} trace {sample} --database-url {r.database_url}")
+    if reasons:
+        e(f"  {prog} quarantine --database-url {r.database_url}   (each refused line, its reason and place)")
     e(f"  xdg-open {r.pack_path / 'index.html'}   (macOS: open; or report.pdf)")
     e(f"  {prog} verify {r.pack_path} --public-key {r.out_dir / 'keys' / 'demo-signing.pub'}")
 
