@@ -115,9 +115,11 @@ def test_an_alias_file_that_is_not_utf8_is_one_clear_error(tmp_path, database_ur
     assert f"alias file {aliases}: not UTF-8 text (byte 0xff at offset 17); save it as UTF-8" in result.output
 
 
-def test_ingest_under_a_cluster_the_watcher_never_recorded_warns(tmp_path, database_url):
+def test_ingest_under_a_cluster_the_watcher_never_recorded_is_refused_or_warned(tmp_path, database_url, monkeypatch):
     """A newcomer ingested without --cluster into the store `draudit run` fills: the records went in
-    as 'default' and only `attribute` said so, later. Ingest warns at once, naming the watched ones."""
+    as 'default', for ever unattributable, and only `attribute` said so, later. Without --cluster it
+    is refused before anything is stored, naming the watched clusters; an explicit --cluster the
+    watcher has not recorded (yet) is stored, with a warning naming the watched ones."""
     from sqlalchemy import insert
 
     from collector.store.db import make_engine
@@ -131,7 +133,16 @@ def test_ingest_under_a_cluster_the_watcher_never_recorded_warns(tmp_path, datab
     engine.dispose()
     path = tmp_path / "app.log"
     path.write_text(LINES[0] + "\n")
-    result = _run("ingest", str(path), "--database-url", database_url)
+    monkeypatch.delenv("DRAUDIT_CLUSTER", raising=False)
+    refused = _run("ingest", str(path), "--database-url", database_url)
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert ("no --cluster given: this store's watcher recorded 'bank-eu-inference-1', not 'default' (the default)"
+            in refused.output)
+    engine = make_engine(database_url)
+    with engine.connect() as conn:  # nothing stored
+        assert conn.exec_driver_sql("SELECT count(*) FROM inference_records").scalar_one() == 0
+    engine.dispose()
+    result = _run("ingest", str(path), "--database-url", database_url, "--cluster", "default")
     assert result.exit_code == 0
     assert ("warning: cluster 'default' has no watch history in this store (watched: bank-eu-inference-1)"
             in result.output)

@@ -62,6 +62,8 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         zone(settings.ingest_default_tz, "--default-tz" if default_tz is not None else "DRAUDIT_INGEST_DEFAULT_TZ")
     aliases = AliasTable.from_file(aliases_path) if aliases_path else None
     _engine, sessions = open_store(settings)
+    if cluster is None and "DRAUDIT_CLUSTER" not in os.environ:
+        _refuse_implicit_cluster(sessions, settings.cluster)
     run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)
     reals = {p: _real(p) for p in paths}  # resolved once: grouping, order, streams, continuation
     paths = _read_once(paths, reals)
@@ -130,6 +132,23 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
                    "see the reasons and the lines themselves (draudit quarantine --source …) and fix the input "
                    "or use --format, --aliases or --default-tz", err=True)
         sys.exit(1)
+
+
+def _refuse_implicit_cluster(sessions, cluster: str) -> None:
+    """Refuse to stamp the default cluster name, which nobody chose, on records for a store whose
+    watcher recorded other clusters only: they could never be attributed (``unknown-cluster``) and,
+    the store being append-only, would stay. An explicit ``--cluster`` (or ``DRAUDIT_CLUSTER``) not
+    yet watched is allowed (the watcher may record it later) and warned about after the run.
+
+    Raises:
+        UserError: (exit 2) naming the watched clusters and the flag to give.
+    """
+    watched = _unwatched_cluster(sessions, cluster)
+    if watched:
+        raise UserError(f"no --cluster given: this store's watcher recorded {', '.join(repr(w) for w in watched)}, not "
+                        f"{cluster!r} (the default); records stored under it could never be attributed and would stay "
+                        "(the store is append-only) — give --cluster NAME (or DRAUDIT_CLUSTER) naming the cluster the "
+                        f"logs come from, or --cluster {cluster} to store them under the default anyway")
 
 
 def _unwatched_cluster(sessions, cluster: str) -> list[str] | None:
