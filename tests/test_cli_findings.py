@@ -199,6 +199,14 @@ def test_an_empty_store_lists_nothing_and_exits_0(database_url, sessions):
     (["--from", "2026-11-30", "--to", "2026-11-29T12:00:00+02:00"],
      "--from 2026-11-30T00:00:00Z is not before --to 2026-11-29T10:00:00Z"),
     (["--severity", "urgent"], "--severity 'urgent' is not one of critical, high, medium, low, info"),
+    # an auditor-breaker's finding: a traceback (OverflowError, NumericValueOutOfRange) and a day's shift
+    (["--from", "0001-01-01T00:00:00Z"], "--from '0001-01-01T00:00:00Z': out of range; times are stored as 64-bit "
+     "nanoseconds since 1970, from 1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z"),
+    (["--to", "9999-12-31"], "--to '9999-12-31': out of range; times are stored as 64-bit nanoseconds since 1970, "
+     "from 1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z"),
+    (["--from", "2026-12-01T05:08:00+24:00"], "--from '2026-12-01T05:08:00+24:00': use RFC 3339 with a zone "
+     "(2026-11-29T10:00:00Z) or a date (2026-11-29) (timestamp '2026-12-01T05:08:00+24:00': zone offset +24:00 is not "
+     "a valid offset (at most ±23:59))"),
 ])
 def test_bad_inputs_are_one_line_naming_the_input(store, args, message):
     res = _run("findings", "--database-url", store, *args)
