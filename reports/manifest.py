@@ -282,6 +282,41 @@ def check_pack(manifest_data: bytes, signature: bytes | None, present: Mapping[s
     return [first, check_signature(manifest, manifest_data, signature, public_key), *check_files(manifest, present)]
 
 
+def pack_statement(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """What a pack states about itself, from its (parsed) manifest: the facts an auditor compares
+    with what they asked for — pack id, period ``[from, to)``, scope, creation time and the ledger
+    anchor. A value the manifest does not hold (in the expected shape) is None. Only as true as
+    the manifest: the caller says whether that verified.
+    """
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) else None
+
+    def names(value: Any) -> list[str] | None:
+        return list(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else None
+
+    period = manifest.get("period") if isinstance(manifest.get("period"), dict) else {}
+    scope = manifest.get("scope") if isinstance(manifest.get("scope"), dict) else {}
+    anchor = ledger_anchor(manifest)
+    return {"pack_id": text(manifest.get("pack_id")),
+            "period": {"from": text(period.get("from")), "to": text(period.get("to"))},
+            "scope": {"clusters": names(scope.get("clusters")), "namespaces": names(scope.get("namespaces"))},
+            "created": text(manifest.get("created")),
+            "ledger_anchor": None if anchor is None else {"seq": anchor[0], "entry_hash": anchor[1]}}
+
+
+def ledger_anchor(manifest: Mapping[str, Any]) -> tuple[int, str] | None:
+    """(seq, entry_hash) of the ledger entry the pack was rendered at (manifest ``ledger``), or None
+    when the manifest records none in that shape (seq a non-negative integer, a 64-hex hash)."""
+    doc = manifest.get("ledger")
+    if not isinstance(doc, dict):
+        return None
+    seq, entry_hash = doc.get("seq"), doc.get("entry_hash")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0 or not isinstance(entry_hash, str) \
+            or len(entry_hash) != 64 or any(c not in "0123456789abcdef" for c in entry_hash):
+        return None
+    return seq, entry_hash
+
+
 def verdict(checks: Iterable[Check]) -> bool:
     """True when no check failed (skipped checks do not fail a pack)."""
     return all(c.ok is not False for c in checks)

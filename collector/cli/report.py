@@ -131,24 +131,35 @@ def verify_cmd(pack: Path, public_key: str | None, integrity_only: bool, output:
     """Check an evidence pack offline (directory or .tar.gz): digests, files, signature.
 
     Exit 0 only when every check passes and the signature was checked with --public-key (or
-    --integrity-only was given); exit 1 on any failure or when authenticity was not checked.
+    --integrity-only was given); exit 1 on any failure or when authenticity was not checked. Then
+    states what the pack covers as its manifest records it (period, scope, date, ledger anchor),
+    each line marked unless the signed manifest verified.
     """
-    from reports.manifest import verdict
-    from reports.verify import verify_pack
+    from reports.manifest import pack_statement, verdict
+    from reports.verify import verify_pack_details
 
     key = read_public_key(public_key) if public_key else None
-    checks = verify_pack(pack, key)
+    found = verify_pack_details(pack, key)
+    checks = found.checks
     ok = verdict(checks)
     # Without the signer's public key, anyone who rewrote a file could have rewritten the manifest
     # too: the digests only prove the files match *a* manifest. That is not a pass unless asked for.
     unchecked = ok and key is None
     passed = ok and (key is not None or integrity_only)
+    # What the pack says it covers (period, scope, ledger anchor), so a genuine pack of the wrong
+    # period or cluster is noticed; stated as verified only when the signed manifest verified.
+    status = "unverified" if not ok else ("integrity-only" if key is None else "verified")
+    statement = None if found.manifest is None else pack_statement(found.manifest)
     if output == "json":
         echo_json({"ok": passed, "authenticity_checked": key is not None,
+                   "pack": None if statement is None else {**statement, "status": status},
                    "checks": [{"check": c.name, "result": c.label, "detail": c.detail} for c in checks]})
     else:
         for c in checks:
             click.echo(f"{c.label}  {c.name}: {c.detail}")
+        if statement is not None:
+            for line in _statement_lines(statement, status):
+                click.echo(line)
         skipped = [c.name for c in checks if c.ok is None]
         if not ok:
             click.echo("verdict: FAIL")
@@ -162,6 +173,42 @@ def verify_cmd(pack: Path, public_key: str | None, integrity_only: bool, output:
         else:
             click.echo("verdict: PASS" + (f" (skipped: {', '.join(skipped)})" if skipped else ""))
     sys.exit(0 if passed else 1)
+
+
+_STATEMENT_HEADINGS = {
+    "verified": "what this pack covers (from its manifest, signed by the key given and verified):",
+    "integrity-only": "what this pack says it covers (from its manifest; authenticity NOT checked, a rewritten "
+                      "manifest would say anything):",
+    "unverified": "what this pack CLAIMS to cover (UNVERIFIED: the pack failed verification, these are not facts):",
+}
+
+
+def _statement_lines(statement: dict, status: str) -> list[str]:
+    """The pack's period, scope, creation time and ledger anchor, one per line, each line marked
+    unless the manifest verified (a line copied into a working paper keeps its qualification)."""
+    tag = "" if status == "verified" else f" [{status}]"
+    missing = "not recorded"
+
+    def names(values) -> str:
+        if values is None:
+            return missing
+        return "all (*)" if values == ["*"] else ", ".join(values)
+
+    period, scope, anchor = statement["period"], statement["scope"], statement["ledger_anchor"]
+    return [
+        _STATEMENT_HEADINGS[status],
+        f"  pack id{tag}: {statement['pack_id'] or missing}",
+        f"  period{tag}: {period['from'] or missing} to {period['to'] or missing} (end exclusive)",
+        f"  scope{tag}: clusters {names(scope['clusters'])}; namespaces {names(scope['namespaces'])}",
+        f"  created{tag}: {statement['created'] or missing}"
+        + (" (the period end: a pack is dated by its period, so rendering it again gives the same bytes)"
+           if statement["created"] and statement["created"] == period["to"] else ""),
+        f"  ledger anchor{tag}: " + (missing if anchor is None else
+                                     f"entry {anchor['seq']}, entry_hash {anchor['entry_hash']}"
+                                     + (f" (the operator shows the store still holds it: `draudit ledger verify "
+                                        f"--anchor {anchor['seq']}:{anchor['entry_hash']}`)"
+                                        if status == "verified" else "")),
+    ]
 
 
 @click.group("keys")

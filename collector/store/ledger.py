@@ -529,6 +529,45 @@ def _check_entry(e: Any, expected_seq: int, prev: str, rows: dict[str, dict[str,
     return None
 
 
+@dataclass(frozen=True)
+class AnchorCheck:
+    """Outcome of ``check_anchor``: the anchor (seq, entry_hash) and what the store holds there."""
+
+    seq: int
+    entry_hash: str
+    ok: bool
+    detail: str
+
+
+def check_anchor(session: Session, seq: int, entry_hash: str) -> AnchorCheck:
+    """Check that the store's ledger still holds entry ``seq`` with ``entry_hash`` (a pack's anchor).
+
+    ``verify`` proves the chain consistent with itself and with its recorded head, so a tail cut
+    back with the head rewound to match passes it; an anchor recorded elsewhere (a signed pack's
+    manifest) does not move with it. Because each entry hash chains every earlier one, a matching
+    hash at ``seq`` also shows entries 1..seq were not rewritten (given ``verify`` passes). Seq 0
+    is the empty chain, whose hash is ``GENESIS_HASH``.
+    """
+    if seq == 0:
+        if entry_hash == GENESIS_HASH:
+            return AnchorCheck(seq, entry_hash, True, "the empty ledger (genesis): nothing to check")
+        return AnchorCheck(seq, entry_hash, False, f"entry 0 is the genesis, whose hash is {GENESIS_HASH}, not {entry_hash}")
+    stored = session.execute(select(LedgerEntry.entry_hash).where(LedgerEntry.seq == seq)).scalar_one_or_none()
+    if stored is None:
+        last = session.execute(select(func.max(LedgerEntry.seq))).scalar_one_or_none() or 0
+        what = (f"it ends at entry {last}, so its tail was cut back by at least entries {last + 1}..{seq}"
+                if last < seq else "that entry was deleted")
+        return AnchorCheck(seq, entry_hash, False,
+                           f"the store's ledger has no entry {seq}: {what} since the anchor was recorded "
+                           "(or this is not the store it was recorded from)")
+    if stored != entry_hash:
+        return AnchorCheck(seq, entry_hash, False,
+                           f"ledger entry {seq} has entry_hash {stored}, the anchor records {entry_hash}: the ledger up "
+                           "to that entry was rewritten since the anchor was recorded (or this is not the store it "
+                           "was recorded from)")
+    return AnchorCheck(seq, entry_hash, True, f"ledger entry {seq} holds entry_hash {entry_hash}")
+
+
 def _check_uncovered_rows(session: Session) -> Break | None:
     tables = [t for (t,) in session.execute(select(LedgerEntry.table_name).distinct())]
     for table_name in sorted(set(tables) | set(LEDGERED_TABLES)):
