@@ -20,6 +20,16 @@ def _opa_url_option(fn):
                         help="Evaluate on this OPA server instead of the embedded engine (env DRAUDIT_OPA_URL).")(fn)
 
 
+def _load(bundle_dir):
+    """The bundle in ``bundle_dir`` (``load_bundle``), its warnings printed on stderr."""
+    from collector.policy.bundle import load_bundle
+
+    bundle = load_bundle(bundle_dir)
+    for warning in bundle.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return bundle
+
+
 @click.group("policy")
 def policy_group() -> None:
     """Rego policies (an OPA bundle): test it, check it, evaluate it over the stored history."""
@@ -31,13 +41,15 @@ def policy_group() -> None:
 def policy_test(bundle_dir: Path | None, opa_url: str | None) -> None:
     """Run every test_ rule of BUNDLE_DIR (default: the shipped bundle), like `opa test`.
 
+    The bundle must load as `policy eval` loads it: parameters its rules read (data.draudit.params
+    in data.json) must be there even when every test injects its own with `with`.
+
     Exit status: 0 when all pass, 1 when a test fails or none exist, 2 when the bundle does not load.
     """
-    from collector.policy.bundle import load_bundle
     from collector.policy.engines import make_policy_engine
 
     settings = settings_from(opa_url=opa_url)
-    bundle = load_bundle(bundle_dir or settings.policy_bundle)
+    bundle = _load(bundle_dir or settings.policy_bundle)
     engine = make_policy_engine(settings.opa_url, settings.opa_timeout_s)
     engine.load_bundle(bundle)
     results = engine.run_tests()
@@ -58,17 +70,20 @@ def policy_test(bundle_dir: Path | None, opa_url: str | None) -> None:
 @policy_group.command("check")
 @click.argument("bundle_dir", type=click.Path(path_type=Path))
 def policy_check(bundle_dir: Path) -> None:
-    """Validate BUNDLE_DIR: .manifest (revision, roots), packages under the roots, every module parses."""
-    from collector.policy.bundle import BundleError, load_bundle
+    """Validate BUNDLE_DIR: .manifest (revision, roots), packages under the roots, every module parses,
+    the parameters the rules read (data.draudit.params) are all there; warns about parameter keys no
+    rule reads and packages nothing evaluates (no `findings contains` rule)."""
+    from collector.policy.bundle import BundleError
     from collector.policy.engines import RegorusEngine
 
-    bundle = load_bundle(bundle_dir)
+    bundle = _load(bundle_dir)
     RegorusEngine().load_bundle(bundle)
     if not bundle.decision_packages:
         raise BundleError(f"{bundle.root}: no package defines `findings contains ...`, so evaluation would produce nothing")
+    warned = f"\n  {len(bundle.warnings)} warning(s), on stderr" if bundle.warnings else ""
     click.echo(f"bundle OK: {bundle.root}\n  revision {bundle.revision}, roots {list(bundle.roots)}\n"
                f"  {len(bundle.modules)} modules, {len(bundle.tests)} tests\n"
-               f"  decision packages: {', '.join(bundle.decision_packages)}\n  digest sha256:{bundle.digest}")
+               f"  decision packages: {', '.join(bundle.decision_packages)}\n  digest sha256:{bundle.digest}{warned}")
 
 
 def _default_cluster(sessions) -> str | None:
@@ -112,7 +127,7 @@ def _time(value: str | None, flag: str):
 def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, cluster: str | None, opa_url: str | None,
                 database_url: str | None, output: str) -> None:
     """Evaluate the bundle over [--from, --to), store the findings (idempotently) and print them."""
-    from collector.policy.bundle import BundleError, load_bundle
+    from collector.policy.bundle import BundleError
     from collector.policy.engines import make_policy_engine
     from collector.policy.findings import evaluate_period, seen_until_ns
     from collector.policy.period import future_end_error
@@ -128,7 +143,7 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     refusal = future_end_error(end, now, "an evaluation")
     if refusal:
         raise UserError(refusal)
-    bundle = load_bundle(settings.policy_bundle)
+    bundle = _load(settings.policy_bundle)
     if not bundle.decision_packages:
         raise BundleError(f"{bundle.root}: no package defines `findings contains ...`")
     engine = make_policy_engine(settings.opa_url, settings.opa_timeout_s)
