@@ -245,3 +245,19 @@ def test_the_report_command_warns_when_the_policies_covered_part_of_the_period(s
         "--from … --to …` over those stretches and render the pack again"]
     evaluate(sessions, CLUSTER, 30, 36)  # the stretch evaluated: nothing to warn about
     assert _pack_warnings(render(sessions, tmp_path, "whole", bundle_dir=bundle)) == []
+
+
+def test_the_report_command_warns_when_nothing_of_the_period_was_observed(sessions, tmp_path, bundle):
+    """An auditor-breaker's finding: a pack of a period the collector never observed (a typo'd year)
+    exited 0 with nothing on stderr; only its cover said so."""
+    from collector.cli.report import _pack_warnings
+
+    fill_store(sessions)
+    year_before = (PERIOD_FROM - timedelta(days=365), PERIOD_TO - timedelta(days=365))
+    pack = render(sessions, tmp_path, "year-before", period=year_before, bundle_dir=bundle)
+    assert pack.observed is False
+    assert _pack_warnings(pack) == [
+        "the collector observed no part of the period (no watch coverage recorded in it): the pack evidences nothing "
+        "for it (its cover says so) — check --from/--to and --cluster against when `draudit run` or `draudit watch` "
+        "recorded the cluster"]
+    assert not any("observed no part" in w for w in _pack_warnings(render(sessions, tmp_path, "day2", bundle_dir=bundle)))

@@ -103,6 +103,10 @@ def _pack_warnings(result) -> list[str]:
     from reports.controls import share_text, stretches_text
 
     warnings = []
+    if not result.observed:  # the cover says it; a script reading stderr or an operator with a typo'd period should too
+        warnings.append("the collector observed no part of the period (no watch coverage recorded in it): the pack "
+                        "evidences nothing for it (its cover says so) — check --from/--to and --cluster against when "
+                        "`draudit run` or `draudit watch` recorded the cluster")
     if result.observed and not result.bundles_evaluated:
         warnings.append("no policy bundle was evaluated over the period, so the pack states no findings (section 6 "
                         "says why); run `draudit policy eval --from … --to …` (or let `draudit run` do it) and render "
