@@ -184,6 +184,26 @@ def test_a_cluster_never_recorded_or_never_evaluated_is_warned_about_and_exits_0
                                   "attribution/exact-ratio, attribution/unattributed-transaction, ")
 
 
+def test_policy_eval_of_a_cluster_never_recorded_is_refused_and_stores_nothing(store, sessions):
+    """An auditor-breaker's finding: `policy eval --cluster no-such` warned, exited 0 and stored an
+    evaluation; a later pack of that cluster then showed the policies as covering 100 % of the
+    period and rated a NIS2 control higher, with no data at all."""
+    from sqlalchemy import func, select
+
+    from collector.store.models import PolicyEvaluation
+
+    with sessions() as s:
+        before = s.scalar(select(func.count()).select_from(PolicyEvaluation))
+    res = _run("policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]), "--cluster", "no-such",
+               "--database-url", store)
+    assert res.exit_code == 2
+    assert res.output == ("draudit: error: no object of cluster no-such was ever recorded in this store (known clusters: "
+                          f"prod-eu-1, {US}) (nothing of it can be evaluated; no evaluation is stored — an evaluation "
+                          "of nothing would count in packs as the policies covering the period)\n")
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(PolicyEvaluation)) == before
+
+
 def test_an_empty_store_lists_nothing_and_exits_0(database_url, sessions):
     res = _run("findings", "--database-url", database_url)
     assert res.exit_code == 0

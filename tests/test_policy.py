@@ -329,7 +329,8 @@ def test_a_manual_evaluation_of_a_one_cluster_store_restates_the_schedulers_find
         assert set(s.execute(select(Finding.cluster)).scalars()) == {CLUSTER}
     monkeypatch.setenv("DRAUDIT_CLUSTER", "prod-eu-2")  # as `draudit run` and `ingest` read it
     other = CliRunner().invoke(cli, args)
-    assert other.exit_code == 0 and "0 findings (0 new)" in other.output  # prod-eu-2 holds nothing
+    # prod-eu-2 holds nothing: refused, naming it (an evaluation of nothing would count as coverage)
+    assert other.exit_code == 2 and "no object of cluster prod-eu-2 was ever recorded" in other.output
 
 
 def _stopped_with_unapproved_allocations_open(s) -> None:
@@ -407,14 +408,14 @@ def test_cli_eval_refuses_a_period_that_has_not_ended(database_url, sessions, pl
         assert s.execute(select(func.count()).select_from(Finding)).scalar_one() == 0
 
 
-def test_cli_eval_warns_about_a_cluster_never_recorded(database_url, sessions, planted):
+def test_cli_eval_refuses_a_cluster_never_recorded(database_url, sessions, planted):
     args = ["policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]), "--cluster", "nope",
             "--database-url", database_url]
     res = CliRunner().invoke(cli, args)
-    assert res.exit_code == 0
-    assert ("warning: no object of cluster nope was ever recorded in this store (known clusters: prod-eu-1)"
+    assert res.exit_code == 2
+    assert ("draudit: error: no object of cluster nope was ever recorded in this store (known clusters: prod-eu-1)"
             in res.stderr)
-    assert "0 findings" in res.stdout
+    assert "findings" not in res.stdout
     known = CliRunner().invoke(cli, args[:-4] + ["--cluster", "prod-eu-1", "--database-url", database_url])
     assert known.exit_code == 0 and "warning" not in known.stderr
 

@@ -153,8 +153,10 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     if cluster:  # a typo in --cluster would otherwise read as a clean "0 findings" (as `draudit report` warns)
         with sessions() as session:
             unknown = never_recorded(session, (cluster,), ())
-        if unknown:
-            click.echo(unknown.warning("nothing of it can be evaluated: 0 findings says nothing about it"), err=True)
+        if unknown:  # refused: a stored evaluation of nothing would count as policy coverage in packs
+            raise UserError(unknown.warning("nothing of it can be evaluated; no evaluation is stored — an evaluation "
+                                            "of nothing would count in packs as the policies covering the period")
+                            .removeprefix("warning: "))
     result = evaluate_period(sessions, bundle, engine, dt_to_ns(start), dt_to_ns(end), cluster)
     for name, last in sorted(result.unobserved.items()):  # "0 findings" there means "not observed", not "clean"
         click.echo(f"note: cluster {name} was not observed in this period: its ResourceClaims were last observed at "
