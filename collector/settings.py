@@ -140,15 +140,19 @@ class Settings:
         """The bearer token for HTTP ingestion: ``ingest_token`` or the content of ``ingest_token_file``.
 
         Raises:
-            UserError: the token file cannot be read.
+            UserError: the token file cannot be read, or is empty.
         """
         if self.ingest_token:
             return self.ingest_token
         if self.ingest_token_file:
             try:
-                return Path(self.ingest_token_file).read_text().strip() or None
+                token = Path(self.ingest_token_file).read_text().strip()
             except OSError as exc:
                 raise UserError(f"DRAUDIT_INGEST_TOKEN_FILE={self.ingest_token_file}: cannot read it ({exc.strerror})") from exc
+            if not token:  # a Secret mounted empty must not silently mean "ingestion closed"
+                raise UserError(f"DRAUDIT_INGEST_TOKEN_FILE={self.ingest_token_file}: the file is empty; put the "
+                                "token in it, or unset the variable to run with ingestion closed")
+            return token
         return None
 
 

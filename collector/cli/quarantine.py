@@ -12,7 +12,7 @@ _TEXT_CHARS = 160  # of the raw text shown per line in the table (JSON carries i
 @click.command("quarantine")
 @click.option("--reason", default=None, metavar="REASON",
               help="Only this reason (its slug, e.g. missing-transaction-id, or the start of the full text).")
-@click.option("--source", default=None, metavar="SOURCE", help="Only lines of this source (a path, stdin, http:<request id>).")
+@click.option("--source", default=None, metavar="SOURCE", help="Only lines of this source (a path, stdin, or http:body-<digest> for an HTTP request body: the source in its answer; --run takes its request id).")
 @click.option("--run", "run_id", default=None, metavar="RUN_ID", help="Only lines of this ingest run (its id: the run_id column of --output json, or the run line draudit ingest prints).")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Newest lines shown at most.")
 @database_option
