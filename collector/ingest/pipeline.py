@@ -332,7 +332,7 @@ class IngestRun:
 
     def ingest_stream(self, stream: BinaryIO, source: str, on_line: Callable[[], None] | None = None, *,
                       first_line: int = 1) -> None:
-        """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:<id>``),
+        """Every line of ``stream`` (``source`` names it in rows: a path, ``stdin``, ``http:body-<digest>``),
         numbered from ``first_line`` (the rest of an input after a JSON array).
 
         The input is read in chunks (``iter_chunks``). With parse workers, the first chunk is parsed

@@ -24,7 +24,7 @@ _ROTATED = re.compile(r"^(?P<live>.+\.log)\.(?P<stamp>\d{8}-\d{6})(?:\.gz)?$")
 def log_stream(source: str) -> str:
     """The live log a file belongs to: ``source`` without a kubelet rotation suffix
     (``/var/log/pods/…/api/0.log.20251129-081500.gz`` → ``/var/log/pods/…/api/0.log``); any
-    other source (a live log, ``stdin``, ``http:<id>``) is its own stream."""
+    other source (a live log, ``stdin``, ``http:body-<digest>``) is its own stream."""
     m = _ROTATED.match(source)
     return m.group("live") if m else source
 

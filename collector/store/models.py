@@ -163,7 +163,7 @@ class Quarantine(Base):
     """Input we could not accept, kept with the reason and its place so nothing is lost.
 
     ``stage`` is ``watch`` (a watch-stream line or object) or ``ingest`` (a log line). ``source``
-    names the input (``watch:ResourceClaim``, a file path, ``http:<request id>``); ``position`` the
+    names the input (``watch:ResourceClaim``, a file path, ``http:body-<digest>``: an HTTP body, the same for its retries); ``position`` the
     place in it (line number, byte offset). ``raw_text`` is PAN-masked before it is stored.
     ``content_key`` (ingest rows) is the SHA-256 of stage, source, position and ``raw_sha256``:
     re-reading the same input quarantines each line once (NULL: not deduplicated).
