@@ -52,13 +52,16 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sqlalchemy import (BigInteger, Column, Index, MetaData, String, Table, Text, and_, case, delete, func, insert,
                         literal, literal_column, or_, select, text)
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, aliased
 from sqlalchemy.schema import CreateIndex, CreateTable
+from sqlalchemy.sql.functions import FunctionElement
 
 from collector.kube.normalize import device_capacity_bytes
 from collector.store.models import (
     AllocationEpisode,
     AllocationResult,
+    AttributionSettings,
     ClaimConsumer,
     CoverageInterval,
     DeviceState,
@@ -286,26 +289,218 @@ LINEAGE_COLUMNS = (
     "transaction_id", "event_time", "event_time_ns", "cluster", "pod_namespace", "pod_name", "pod_uid",
     "container_name", "model_name", "model_version", "decision", "status", "reason", "candidates", "claim_namespace",
     "claim_name", "request", "driver", "pool", "device", "device_uuid", "physical_gpu_uuid", "mig_profile",
-    "node_name", "co_tenant_namespaces", "record_id", "raw_sha256", "conflict",
+    "node_name", "co_tenant_namespaces", "co_tenant_namespaces_possible", "record_id", "raw_sha256", "conflict",
 )
 
 
 @dataclass(frozen=True)
 class CoTenancy:
     """While ``[from_ns, to_ns)``, claims of ``namespace`` on physical GPU ``gpu`` had claims of the
-    namespaces ``others`` (``;``-separated, sorted) beside them on the same GPU (a sharing interval)."""
+    namespaces ``others`` (``;``-separated, sorted) beside them on the same GPU (a sharing interval).
+    ``from_ns`` / ``to_ns`` None: the interval runs on before / after (a sharing interval cut at the
+    pack's period is not a start or an end)."""
 
     gpu: str
     namespace: str
-    from_ns: int
-    to_ns: int
+    from_ns: int | None
+    to_ns: int | None
     others: str
 
 
+DEFAULT_CLOCK_SKEW_NS = 2_000_000_000  # the collector's default tolerance (settings.clock_skew_s)
+
+
+@dataclass(frozen=True)
+class CoTenancyInput:
+    """What ``write_lineage`` joins for the co-tenant columns: the pack's sharing intervals per
+    namespace (``intervals``) and ``clock_skew_ns``, the tolerance of the transactions whose lineage
+    row names no attribution settings (the collector's setting at rendering, as ``draudit trace``
+    uses for them)."""
+
+    intervals: Sequence[CoTenancy]
+    clock_skew_ns: int = DEFAULT_CLOCK_SKEW_NS
+
+
+# Bounds standing for "before" / "after" everything (BIGINT's range): an open end of an interval.
+_OPEN_FROM, _OPEN_TO = -(2 ** 63), 2 ** 63 - 1
+
 # Loaded per pack rendering (``write_lineage``) on the rendering connection, dropped after it.
+# ``CO_TENANCY``: per (GPU, namespace), the time cut into disjoint pieces ``[piece_from_ns,
+# piece_to_ns)`` (the first from ``_OPEN_FROM``, the last to ``_OPEN_TO``) over which the other
+# namespaces sharing the GPU with it (``others``, ``;``-separated, sorted; NULL when none) stay the
+# same, each looked up by its parts ``[from_ns, to_ns)``: the piece cut at every ``lookup_ns`` step
+# of the period, so the part holding a transaction's instant ``t`` starts after ``t - lookup_ns``
+# (an index range of a few rows, not every piece before ``t``). At most one part holds an instant.
+# Each piece also names the start of the one before it (``prev_from_ns``) and the end of the one
+# after it (``next_to_ns``), with the certain and possible namespaces of a window reaching into that
+# neighbour only (``start_*`` / ``end_*``: those in both pieces / in one of them).
 CO_TENANCY = Table("draudit_pack_co_tenancy", MetaData(), Column("gpu", String(128)), Column("namespace", String(253)),
-                   Column("from_ns", BigInteger), Column("to_ns", BigInteger), Column("others", Text),
+                   Column("from_ns", BigInteger), Column("to_ns", BigInteger), Column("piece_from_ns", BigInteger),
+                   Column("piece_to_ns", BigInteger), Column("others", Text), Column("prev_from_ns", BigInteger),
+                   Column("start_certain", Text), Column("start_possible", Text), Column("next_to_ns", BigInteger),
+                   Column("end_certain", Text), Column("end_possible", Text),
                    Index("ix_draudit_pack_co_tenancy", "gpu", "namespace", "from_ns"), prefixes=["TEMPORARY"])
+# ``CO_TENANT_SPANS``: per (GPU, namespace, other namespace), the disjoint, non-touching spans
+# ``[from_ns, to_ns)`` the two shared the GPU (touching sharing intervals merged), each with the end
+# of the other namespace's span before it (``prev_to_ns``; ``_OPEN_FROM`` for its first) and
+# ``other_rank``, the other namespace's place in the sorted names (the columns list them in that
+# order); each span in parts ``[chunk_from_ns, chunk_to_ns)`` cut as the pieces are (from a tolerance
+# before the period on), so the parts a window reaches start in a short index range.
+CO_TENANT_SPANS = Table("draudit_pack_co_tenant_spans", MetaData(), Column("gpu", String(128)),
+                        Column("namespace", String(253)), Column("other_namespace", String(253)),
+                        Column("other_rank", BigInteger), Column("chunk_from_ns", BigInteger),
+                        Column("chunk_to_ns", BigInteger), Column("from_ns", BigInteger), Column("to_ns", BigInteger),
+                        Column("prev_to_ns", BigInteger),
+                        Index("ix_draudit_pack_co_tenant_spans", "gpu", "namespace", "chunk_from_ns"),
+                        prefixes=["TEMPORARY"])
+_CO_TABLES = (CO_TENANCY, CO_TENANT_SPANS)
+
+
+@dataclass(frozen=True)
+class _CoTables:
+    """The rows of ``CO_TENANCY`` and ``CO_TENANT_SPANS`` (tuples in column order), the tolerance of
+    transactions without attribution settings and the step the pieces are cut at (None: not cut, the
+    lookup reads every piece before the instant); false when there is no sharing to join."""
+
+    pieces: list[tuple]
+    spans: list[tuple]
+    skew_ns: int
+    lookup_ns: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.pieces)
+
+    def rows(self) -> tuple[list[tuple], list[tuple]]:
+        return self.pieces, self.spans
+
+
+def _merged_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Half-open spans as disjoint, non-touching ones."""
+    out: list[tuple[int, int]] = []
+    for f, e in sorted(spans):
+        if out and f <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((f, e))
+    return out
+
+
+LOOKUP_MIN_NS = 60 * 1_000_000_000  # the shortest step the pieces are cut at
+MAX_CLOCK_SKEW_NS = 86_400 * 1_000_000_000  # the largest tolerance (collector.lineage.MAX_CLOCK_SKEW_S)
+LOOKUP_MAX_PARTS = 20_000  # about as many cuts in all (loaded on each connection), the step growing to keep them
+
+
+def co_tenancy_tables(co_tenancy: "Sequence[CoTenancy] | CoTenancyInput", scope: Scope | None = None,
+                      max_skew_ns: int = MAX_CLOCK_SKEW_NS) -> _CoTables:
+    """The temporary tables' rows for ``co_tenancy`` (sharing intervals per namespace; a bare sequence
+    with ``DEFAULT_CLOCK_SKEW_NS``). With ``scope``, the pieces and spans are cut at every
+    ``lookup_ns`` of the period (``CO_TENANCY``, ``CO_TENANT_SPANS``; the spans from ``max_skew_ns``,
+    the largest tolerance of a transaction, before it): at least ``LOOKUP_MIN_NS``, longer when the
+    spans would make more than about ``LOOKUP_MAX_PARTS`` cuts. Linear in the sharing intervals and
+    the cuts (plus sorting), never in the transactions."""
+    given = co_tenancy if isinstance(co_tenancy, CoTenancyInput) else CoTenancyInput(tuple(co_tenancy))
+    by_pair: dict[tuple[str, str], dict[str, list[tuple[int, int]]]] = {}
+    for c in given.intervals:
+        f = _OPEN_FROM if c.from_ns is None else c.from_ns
+        e = _OPEN_TO if c.to_ns is None else c.to_ns
+        if f >= e:
+            continue
+        for other in c.others.split(";"):
+            if other and other != c.namespace:
+                by_pair.setdefault((c.gpu, c.namespace), {}).setdefault(other, []).append((f, e))
+    rank = {name: k for k, name in enumerate(sorted({o for others in by_pair.values() for o in others}))}
+    pieces: list[tuple] = []
+    spans: list[tuple] = []
+    for (gpu, namespace), by_other in sorted(by_pair.items()):
+        changes: dict[int, list[tuple[str, int]]] = {}
+        for other in sorted(by_other, key=rank.__getitem__):
+            prev = _OPEN_FROM
+            for f, e in _merged_spans(by_other[other]):
+                spans.append((gpu, namespace, other, rank[other], f, e, prev))
+                prev = e
+                changes.setdefault(f, []).append((other, 1))
+                changes.setdefault(e, []).append((other, -1))
+        # sweep the span bounds: between two consecutive ones the other namespaces stay the same
+        present: set[str] = set()
+        start, last = _OPEN_FROM, None
+        mine: list[tuple[int, int, str | None]] = []
+        for point in sorted(changes):
+            for other, step in changes[point]:
+                (present.add if step > 0 else present.discard)(other)
+            now = ";".join(sorted(present, key=rank.__getitem__)) or None
+            if point == start:  # an open start: the first piece begins with it
+                last = now
+                continue
+            if now != last:
+                mine.append((start, point, last))
+                start, last = point, now
+        if start < _OPEN_TO:
+            mine.append((start, _OPEN_TO, last))
+        pieces.extend((gpu, namespace, *_with_neighbours(mine, k, rank)) for k in range(len(mine)))
+    if scope is None or not by_pair:
+        return _CoTables([(g, n, f, e, f, e, *rest) for g, n, f, e, *rest in pieces],
+                         [(g, n, o, r, f, e, f, e, p) for g, n, o, r, f, e, p in spans], given.clock_skew_ns)
+    # a window [t - skew, ...) of a transaction in the period starts after ``first``: the spans are
+    # cut from there (the pieces, looked up by ``t`` alone, from the period's start)
+    first = scope.from_ns - max(max_skew_ns, given.clock_skew_ns) - 1
+    step = max(LOOKUP_MIN_NS, -(-(scope.to_ns - scope.from_ns) * len(spans) // LOOKUP_MAX_PARTS), 1)
+    first -= (first - scope.from_ns) % step  # on the period's grid, at or before the bound
+    parts = [(g, n, a, b, f, e, *rest) for g, n, f, e, *rest in pieces
+             for a, b in _cut(f, e, scope.from_ns, scope.to_ns, step)]
+    chunks = [(g, n, o, r, a, b, f, e, p) for g, n, o, r, f, e, p in spans
+              for a, b in _cut(f, e, first, scope.to_ns, step)]
+    return _CoTables(parts, chunks, given.clock_skew_ns, step)
+
+
+def _with_neighbours(pieces: list[tuple[int, int, str | None]], k: int, rank: dict[str, int]) -> tuple:
+    """Piece ``k`` of one GPU and namespace (``pieces``: consecutive ``(from, to, others)``) as
+    ``CO_TENANCY`` holds it after gpu and namespace: from, to, others, then the start of the piece
+    before it and the (certain, possible) namespaces of a window reaching into that one only, the
+    end of the piece after it and the same for a window reaching into that one only."""
+    f, e, others = pieces[k]
+
+    def across(a: str | None, b: str | None) -> tuple[str | None, str | None]:
+        one, two = set(a.split(";")) if a else set(), set(b.split(";")) if b else set()
+        return (";".join(sorted(one & two, key=rank.__getitem__)) or None,
+                ";".join(sorted(one ^ two, key=rank.__getitem__)) or None)
+
+    prev_from, *start = (pieces[k - 1][0], *across(pieces[k - 1][2], others)) if k else (_OPEN_FROM, None, None)
+    next_to, *end = ((pieces[k + 1][1], *across(others, pieces[k + 1][2])) if k + 1 < len(pieces)
+                     else (_OPEN_TO, None, None))
+    return (f, e, others, prev_from, *start, next_to, *end)
+
+
+def _cut(f: int, e: int, grid_from: int, grid_to: int, step: int) -> list[tuple[int, int]]:
+    """``[f, e)`` cut at every ``grid_from + k * step`` (k >= 0) before ``grid_to`` inside it."""
+    out, a = [], f
+    cut = grid_from + max(0, -(-(f - grid_from) // step)) * step
+    while cut < e and cut < grid_to:
+        if cut > a:
+            out.append((a, cut))
+            a = cut
+        cut += step
+    out.append((a, e))
+    return out
+
+
+class _namespace_list(FunctionElement):
+    """Aggregate: the ``other`` values of the rows joined by ``;`` (``group_concat`` / ``string_agg``),
+    used as a window function ordered by rank (``.over``): SQLite before 3.44 has no ORDER BY inside
+    an aggregate, both follow the window's order."""
+
+    type = Text()
+    inherit_cache = True
+    name = "namespace_list"
+
+
+@compiles(_namespace_list)
+def _namespace_list_sqlite(element, compiler, **kw):
+    return f"group_concat({compiler.process(element.clauses, **kw)}, ';')"
+
+
+@compiles(_namespace_list, "postgresql")
+def _namespace_list_postgresql(element, compiler, **kw):
+    return f"string_agg({compiler.process(element.clauses, **kw)}, ';')"
 
 
 def lineage_filter(scope: Scope):
@@ -315,27 +510,84 @@ def lineage_filter(scope: Scope):
                 _in_namespaces(func.coalesce(l.claim_namespace, i.pod_namespace), scope))
 
 
-def _lineage_stmt(scope: Scope, co_tenancy: bool = False):
+def _lineage_stmt(scope: Scope, co_tenancy: bool = False, clock_skew_ns: int = DEFAULT_CLOCK_SKEW_NS,
+                  lookup_ns: int | None = None):
     """Transactions in scope joined to their lineage; columns labelled as in ``LINEAGE_COLUMNS`` (``event_time``
     excepted: it is rendered from ``event_time_ns``); ordered by event time then record id.
 
-    ``co_tenancy``: join the loaded ``CO_TENANCY`` table (at most one row matches a transaction: a
-    GPU's sharing intervals are disjoint) for ``co_tenant_namespaces``; else that column is null.
+    ``co_tenancy``: the co-tenant columns from the loaded ``CO_TENANCY`` and ``CO_TENANT_SPANS``
+    tables (``_co_tenant_columns``; ``clock_skew_ns``: the tolerance of rows without attribution
+    settings; ``lookup_ns``: the step the pieces are cut at, ``co_tenancy_tables``); else both columns
+    are null.
     """
-    i, l, c = InferenceRecord, Lineage, CO_TENANCY.c
-    others = c.others if co_tenancy else literal(None, Text)
+    i, l = InferenceRecord, Lineage
+    certain, possible = _co_tenant_columns(clock_skew_ns, lookup_ns) if co_tenancy else (literal(None, Text),) * 2
     stmt = (select(i.transaction_id, i.event_time_ns, i.cluster, i.pod_namespace, i.pod_name,
                    func.coalesce(l.pod_uid, i.pod_uid).label("pod_uid"), i.container_name, i.model_name,
                    i.model_version, i.decision, func.coalesce(l.status, NOT_ATTRIBUTED).label("status"), l.reason,
                    l.candidates, l.claim_namespace, l.claim_name, l.request, l.driver, l.pool, l.device,
                    l.device_uuid, l.physical_gpu_uuid, l.mig_profile,
-                   func.coalesce(l.node_name, i.node_name).label("node_name"), others.label("co_tenant_namespaces"),
-                   i.id.label("record_id"), i.raw_sha256, i.conflict)
+                   func.coalesce(l.node_name, i.node_name).label("node_name"), certain.label("co_tenant_namespaces"),
+                   possible.label("co_tenant_namespaces_possible"), i.id.label("record_id"), i.raw_sha256, i.conflict)
             .select_from(i).outerjoin(l, l.record_id == i.id))
     if co_tenancy:
-        stmt = stmt.outerjoin(CO_TENANCY, and_(c.gpu == l.physical_gpu_uuid, c.namespace == l.claim_namespace,
-                                               c.from_ns <= i.event_time_ns, c.to_ns > i.event_time_ns))
+        c = CO_TENANCY.c
+        bounded = [] if lookup_ns is None else [c.from_ns > i.event_time_ns - literal(lookup_ns, BigInteger)]
+        stmt = (stmt.outerjoin(AttributionSettings, AttributionSettings.id == l.settings_id)
+                .outerjoin(CO_TENANCY, and_(c.gpu == l.physical_gpu_uuid, c.namespace == l.claim_namespace,
+                                            c.from_ns <= i.event_time_ns, c.to_ns > i.event_time_ns, *bounded)))
     return stmt.where(lineage_filter(scope)).order_by(i.event_time_ns, i.id)
+
+
+def _co_tenant_columns(clock_skew_ns: int, lookup_ns: int | None = None) -> tuple[Any, Any]:
+    """``co_tenant_namespaces`` and ``co_tenant_namespaces_possible`` of a transaction, as ``draudit
+    trace`` tells its co-tenants ``certain`` or not (``collector.lineage.co_tenants``), from the
+    pack's sharing intervals.
+
+    The window of a record at ``t`` is ``[lo, hi)`` = ``[t - skew, t + precision + skew)``, ``skew``
+    the tolerance its lineage row was computed with (``attribution_settings``), else
+    ``clock_skew_ns``. Another namespace is certain when one of its spans beside the transaction's
+    claim namespace on the GPU covers the window with no bound in it (``from < lo`` and ``to >= hi``),
+    possible when not certain but a span reaches into the window (``from < hi`` and ``to >= lo``:
+    it started or ended within the tolerance); each column lists them sorted, ``;``-separated, NULL
+    when none.
+
+    Set-based, at most one joined row per transaction: the ``CO_TENANCY`` piece holding ``t`` (the
+    FROM clause, by the part of it holding ``t``). When the window lies inside that piece — nearly
+    every transaction, the pieces being as long as the sharing stays the same — the piece's
+    namespaces are the certain ones and none is possible; when it reaches into the piece before or
+    after only, the piece's ``start_*`` / ``end_*`` columns answer. Only a window across three pieces
+    or more reads ``CO_TENANT_SPANS`` (two indexed scalar subqueries over a short index range of
+    parts, one part per span; a possible namespace is counted at its first span in the window, by
+    ``prev_to_ns``). A transaction on a GPU and namespace without sharing joins no piece: both null.
+    """
+    i, c, sp = InferenceRecord, CO_TENANCY.c, CO_TENANT_SPANS.c
+    skew = func.coalesce(AttributionSettings.clock_skew_ns, literal(clock_skew_ns, BigInteger))
+    lo = i.event_time_ns - skew
+    hi = i.event_time_ns + func.coalesce(i.event_time_precision_ns, literal(1, BigInteger)) + skew
+    covers = and_(sp.from_ns < lo, sp.to_ns >= hi)
+    # one part per span: the one holding max(lo, from_ns), or the last when the span ends at lo; it
+    # starts within lookup_ns before lo (or after lo, before hi)
+    part = [or_(sp.chunk_from_ns <= lo, sp.chunk_from_ns == sp.from_ns),
+            or_(sp.chunk_to_ns > lo, sp.chunk_to_ns == sp.to_ns), sp.chunk_from_ns < hi]
+    if lookup_ns is not None:
+        part.append(sp.chunk_from_ns >= lo - literal(lookup_ns, BigInteger))
+
+    def names(*where) -> Any:
+        listed = _namespace_list(sp.other_namespace).over(order_by=sp.other_rank, rows=(None, None))
+        return (select(listed).where(sp.gpu == c.gpu, sp.namespace == c.namespace, *part, *where)
+                .limit(literal_column("1")).scalar_subquery())
+
+    no_piece = c.gpu.is_(None)
+    inside = and_(c.piece_from_ns < lo, c.piece_to_ns >= hi)
+    into_next = and_(c.piece_from_ns < lo, c.next_to_ns >= hi)  # (not inside: across the piece's end)
+    into_prev = and_(c.prev_from_ns < lo, c.piece_to_ns >= hi)  # (across the piece's start)
+    certain = case((no_piece, literal(None, Text)), (inside, c.others), (into_next, c.end_certain),
+                   (into_prev, c.start_certain), else_=names(covers))
+    possible = case((or_(no_piece, inside), literal(None, Text)), (into_next, c.end_possible),
+                    (into_prev, c.start_possible),
+                    else_=names(sp.to_ns >= lo, sp.from_ns < hi, sp.prev_to_ns < lo, ~covers))
+    return certain, possible
 
 
 NOT_ATTRIBUTED = "not-attributed-yet"
@@ -345,11 +597,11 @@ _LINEAGE_INT = frozenset({"event_time_ns", "candidates", "record_id"})
 def _lineage_row(r, scope: Scope) -> list[Any]:
     # Positional unpacking: this runs once per transaction (millions), attribute access costs 3x.
     (txn, t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision, status, reason, candidates,
-     claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha,
-     conflict) = r
+     claim_ns, claim, request, driver, pool, device, device_uuid, gpu, mig, node, co_tenants, possible, record_id,
+     raw_sha, conflict) = r
     return [txn, _rfc3339(t_ns), t_ns, cluster, pod_ns, pod, pod_uid, container, model, model_version, decision,
             status, reason, candidates, claim_ns, claim, request, driver, pool, device,
-            device_uuid, gpu, mig, node, co_tenants, record_id, raw_sha, bool(conflict)]
+            device_uuid, gpu, mig, node, co_tenants, possible, record_id, raw_sha, bool(conflict)]
 
 
 def _lineage_text_spec() -> list[tuple[str, str, str]]:
@@ -363,14 +615,16 @@ def _lineage_text_spec() -> list[tuple[str, str, str]]:
     return spec
 
 
-def _lineage_text_inner(scope: Scope, co_tenancy: bool, record_ids: Sequence[int] | None = None):
-    inner = _lineage_stmt(scope, co_tenancy).order_by(None)
+def _lineage_text_inner(scope: Scope, co_tenancy: bool, record_ids: Sequence[int] | None = None,
+                        clock_skew_ns: int = DEFAULT_CLOCK_SKEW_NS, lookup_ns: int | None = None):
+    inner = _lineage_stmt(scope, co_tenancy, clock_skew_ns, lookup_ns).order_by(None)
     if record_ids is not None:
         inner = inner.where(InferenceRecord.id.in_(record_ids))
     return inner.subquery("t")
 
 
-def lineage_text_stmt(scope: Scope, dialect: str, co_tenancy: bool = False):
+def lineage_text_stmt(scope: Scope, dialect: str, co_tenancy: bool = False,
+                      clock_skew_ns: int = DEFAULT_CLOCK_SKEW_NS, lookup_ns: int | None = None):
     """The transaction-lineage population rendered as text by PostgreSQL, in the population's order:
     the statement for ``COPY ... TO STDOUT WITH (JSON_COPY_OPTIONS)``, whose output rows are, once
     bracketed, the rows' JSON arrays (``reports.sqltext.copy_json_value``, ``json_rows_from_copy``) and
@@ -382,16 +636,17 @@ def lineage_text_stmt(scope: Scope, dialect: str, co_tenancy: bool = False):
     """
     if dialect != "postgresql":
         raise ValueError(f"COPY statements are PostgreSQL's, not {dialect!r}'s")
-    inner = _lineage_text_inner(scope, co_tenancy)
+    inner = _lineage_text_inner(scope, co_tenancy, clock_skew_ns=clock_skew_ns, lookup_ns=lookup_ns)
     fields = [literal_column(sqltext.copy_json_value(expr, kind, dialect)).label(name)
               for name, expr, kind in _lineage_text_spec()]
     return select(*fields).select_from(inner).order_by(inner.c.event_time_ns, inner.c.record_id)
 
 
-def _sqlite_json_stmt(scope: Scope, co_tenancy: bool):
+def _sqlite_json_stmt(scope: Scope, co_tenancy: bool, clock_skew_ns: int = DEFAULT_CLOCK_SKEW_NS,
+                      lookup_ns: int | None = None):
     """SQLite, one pass: the JSON array of each row (``reports.sqltext.json_array_sql``), in the
     population's order; the CSV lines are derived from them (``csv_rows_from_json``)."""
-    inner = _lineage_text_inner(scope, co_tenancy)
+    inner = _lineage_text_inner(scope, co_tenancy, clock_skew_ns=clock_skew_ns, lookup_ns=lookup_ns)
     return (select(literal_column(sqltext.json_array_sql(_lineage_text_spec(), "sqlite")))
             .select_from(inner).order_by(inner.c.event_time_ns, inner.c.record_id))
 
@@ -452,7 +707,8 @@ JSON_COPY_OPTIONS = sqltext.copy_json_options(_lineage_text_spec())
 
 
 def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: int = EXPORT_BATCH,
-                  co_tenancy: Sequence[CoTenancy] = (), expected_rows: int = 0) -> "WrittenPopulation":
+                  co_tenancy: "Sequence[CoTenancy] | CoTenancyInput" = (),
+                  expected_rows: int = 0) -> "WrittenPopulation":
     """Stream the transaction-lineage population into ``data/transaction_lineage.csv|json`` (the JSON a
     split table, as every population), hashing as it writes.
 
@@ -469,9 +725,11 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
     (``_sqlite_in_processes``). Fetched ``batch_rows`` at a time: memory is bounded by a few
     batches per file. The files are byte-identical across the two backends for the same rows.
 
-    ``co_tenancy`` (the pack's sharing intervals per namespace) is loaded into a temporary table
-    on each connection for the ``co_tenant_namespaces`` column and dropped afterwards; without it
-    the column is empty.
+    ``co_tenancy`` (the pack's sharing intervals per namespace, and the tolerance of rows without
+    attribution settings: ``CoTenancyInput``; a bare sequence: ``DEFAULT_CLOCK_SKEW_NS``) is loaded
+    into two temporary tables (``co_tenancy_tables``) on each connection for the
+    ``co_tenant_namespaces`` and ``co_tenant_namespaces_possible`` columns (``_co_tenant_columns``)
+    and dropped afterwards; without it both columns are empty.
 
     Returns:
         ``WrittenPopulation`` (row count, and the two files' sizes and SHA-256).
@@ -481,24 +739,31 @@ def write_lineage(session: Session, scope: Scope, directory: Path, batch_rows: i
         OSError: writing a file failed.
     """
     conn = session.connection()
-    if not co_tenancy:
-        return _write_lineage(conn, scope, directory, batch_rows, (), expected_rows)
+    if not (co_tenancy.intervals if isinstance(co_tenancy, CoTenancyInput) else co_tenancy):
+        return _write_lineage(conn, scope, directory, batch_rows, co_tenancy_tables(()), expected_rows)
+    # the largest tolerance a row's window may have (its settings', else the default): the spans' cuts
+    # begin that long before the period
+    max_skew = conn.execute(select(func.max(AttributionSettings.clock_skew_ns))).scalar()
+    co = co_tenancy_tables(co_tenancy, scope, max(max_skew or 0, 0))
     # SQLite runs the CREATE outside the session's transaction and rolls the DROP back with it: a
     # pooled connection may still hold the (then empty) table, hence checkfirst and the DELETE.
-    CO_TENANCY.create(conn, checkfirst=True)
     try:
-        conn.execute(delete(CO_TENANCY))
-        conn.execute(insert(CO_TENANCY), [vars(c) for c in co_tenancy])
-        if conn.dialect.name == "postgresql":
-            conn.execute(text(f"ANALYZE {CO_TENANCY.name}"))  # row estimates for the join plan
-        return _write_lineage(conn, scope, directory, batch_rows, co_tenancy, expected_rows)
+        for table, rows in zip(_CO_TABLES, co.rows()):
+            table.create(conn, checkfirst=True)
+            conn.execute(delete(table))
+            if rows:
+                conn.execute(insert(table), [dict(zip(table.c.keys(), row)) for row in rows])
+            if conn.dialect.name == "postgresql":
+                conn.execute(text(f"ANALYZE {table.name}"))  # row estimates for the join plan
+        return _write_lineage(conn, scope, directory, batch_rows, co, expected_rows)
     finally:
-        CO_TENANCY.drop(conn, checkfirst=True)
+        for table in _CO_TABLES:
+            table.drop(conn, checkfirst=True)
 
 
-def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows: Sequence[CoTenancy],
+def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows: _CoTables,
                    expected_rows: int) -> "WrittenPopulation":
-    dialect, co_tenancy = conn.dialect.name, bool(co_rows)
+    dialect, co_tenancy, skew_ns, lookup_ns = conn.dialect.name, bool(co_rows), co_rows.skew_ns, co_rows.lookup_ns
     raw = conn.connection.driver_connection
     name = "transaction_lineage"
 
@@ -510,15 +775,16 @@ def _write_lineage(conn, scope: Scope, directory: Path, batch_rows: int, co_rows
                 # One query on this thread: a second thread reading on its own connection cost 1.8x the CPU
                 # (the fetch loops fight for the GIL, which sqlite3 releases and takes back for every row).
                 with _utf8_bytes(raw):
-                    count = _fetch_both(raw, *_compiled(conn, _sqlite_json_stmt(scope, co_tenancy)),
-                                        csv_out, json_out, batch_rows)
+                    statement = _sqlite_json_stmt(scope, co_tenancy, skew_ns, lookup_ns)
+                    count = _fetch_both(raw, *_compiled(conn, statement), csv_out, json_out, batch_rows)
         else:
             segments = _segments(scope, expected_rows)
             with _snapshot_twin(conn, co_rows) if len(segments) > 1 else nullcontext() as twin:
                 readers = [raw] if twin is None else [raw, twin]
                 if twin is None:
                     segments = [scope]
-                statements = [_compiled(conn, lineage_text_stmt(segment, dialect, co_tenancy)) for segment in segments]
+                statements = [_compiled(conn, lineage_text_stmt(segment, dialect, co_tenancy, skew_ns, lookup_ns))
+                              for segment in segments]
                 count = _copy_both(readers, statements, csv_out, json_out, batch_rows)
         json_out.write(json_split_tail(count))
     return WrittenPopulation(name, count, (csv_out.digest(f"data/{name}.csv"), json_out.digest(f"data/{name}.json")))
@@ -530,7 +796,7 @@ SQLITE_PROCESS_MIN_ROWS = 2_000_000  # below, the processes cost more CPU than t
 SQLITE_SEGMENTS_IN_FLIGHT = 3
 
 
-def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expected_rows: int, csv_out: "TextSink",
+def _sqlite_in_processes(conn, scope: Scope, co_rows: _CoTables, expected_rows: int, csv_out: "TextSink",
                          json_out: "TextSink", batch_rows: int) -> int | None:
     """SQLite: the population in time segments (``_segments``) rendered by worker processes, each on
     its own read-only connection (``_render_sqlite_segment``), written here in order; the row count.
@@ -551,8 +817,9 @@ def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expec
     if len(segments) < 2:
         return None
     database = str(Path(path).resolve())
-    co = [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows]
-    jobs = iter([_compiled(conn, _sqlite_json_stmt(segment, bool(co))) for segment in segments])
+    co = co_rows.rows() if co_rows else None
+    jobs = iter([_compiled(conn, _sqlite_json_stmt(segment, bool(co_rows), co_rows.skew_ns, co_rows.lookup_ns))
+                 for segment in segments])
     count = 0
     with ProcessPoolExecutor(max_workers=SQLITE_SEGMENTS_IN_FLIGHT - 1,
                              mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -574,11 +841,11 @@ def _sqlite_in_processes(conn, scope: Scope, co_rows: Sequence[CoTenancy], expec
     return count
 
 
-def _render_sqlite_segment(path: str, sql: str, params: Sequence[Any], co_rows: Sequence[tuple],
+def _render_sqlite_segment(path: str, sql: str, params: Sequence[Any], co_rows: tuple[list, list] | None,
                            batch_rows: int) -> tuple[bytes, bytes, int]:
     """In a worker process: the rows of ``sql`` (a ``_sqlite_json_stmt``) on a read-only connection to
-    ``path``, as ``(csv lines, JSON data lines joined by ',' + LF, row count)``; ``co_rows`` loaded
-    into this connection's co-tenancy table first."""
+    ``path``, as ``(csv lines, JSON data lines joined by ',' + LF, row count)``; ``co_rows`` (the
+    rows of the two co-tenancy tables, ``_CoTables.rows``) loaded into this connection's first."""
     from sqlalchemy.dialects import sqlite as sqlite_dialect
 
     raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -596,16 +863,18 @@ def _render_sqlite_segment(path: str, sql: str, params: Sequence[Any], co_rows: 
         raw.close()
 
 
-def _load_co_tenancy(cursor, dialect, co_rows: Sequence[tuple]) -> None:
-    """``CO_TENANCY`` (dropped first if there) as a temporary table of ``cursor``'s connection,
-    holding ``co_rows`` (``(gpu, namespace, from_ns, to_ns, others)`` tuples)."""
-    cursor.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
-    cursor.execute(str(CreateTable(CO_TENANCY).compile(dialect=dialect)))
-    for index in CO_TENANCY.indexes:
-        cursor.execute(str(CreateIndex(index).compile(dialect=dialect)))
+def _load_co_tenancy(cursor, dialect, co_rows: tuple[list, list]) -> None:
+    """``CO_TENANCY`` and ``CO_TENANT_SPANS`` (each dropped first if there) as temporary tables of
+    ``cursor``'s connection, holding ``co_rows`` (``_CoTables.rows``: tuples in column order)."""
     mark = "?" if dialect.name == "sqlite" else "%s"
-    cursor.executemany(f"INSERT INTO {CO_TENANCY.name} (gpu, namespace, from_ns, to_ns, others) "
-                       f"VALUES ({', '.join([mark] * 5)})", co_rows)
+    for table, rows in zip(_CO_TABLES, co_rows):
+        cursor.execute(f"DROP TABLE IF EXISTS {table.name}")
+        cursor.execute(str(CreateTable(table).compile(dialect=dialect)))
+        for index in table.indexes:
+            cursor.execute(str(CreateIndex(index).compile(dialect=dialect)))
+        if rows:
+            cursor.executemany(f"INSERT INTO {table.name} ({', '.join(table.c.keys())}) "
+                               f"VALUES ({', '.join([mark] * len(table.c))})", rows)
 
 
 @contextmanager
@@ -631,7 +900,7 @@ def _cancel(raw) -> None:
 
 
 @contextmanager
-def _snapshot_twin(conn, co_rows: Sequence[CoTenancy]) -> Iterator[Any]:
+def _snapshot_twin(conn, co_rows: _CoTables) -> Iterator[Any]:
     """A second DBAPI connection in a transaction that reads exactly ``conn``'s snapshot, with the
     co-tenancy table loaded when ``co_rows``; None when that cannot be guaranteed.
 
@@ -658,7 +927,7 @@ def _snapshot_twin(conn, co_rows: Sequence[CoTenancy]) -> Iterator[Any]:
         fairy.close()
 
 
-def _pg_twin(raw, dialect, snapshot: str, co_rows: Sequence[CoTenancy]):
+def _pg_twin(raw, dialect, snapshot: str, co_rows: _CoTables):
     if not re.fullmatch(r"[0-9A-Fa-f-]+", snapshot):
         raise RuntimeError(f"unexpected snapshot id {snapshot!r}")
     raw.rollback()
@@ -667,15 +936,17 @@ def _pg_twin(raw, dialect, snapshot: str, co_rows: Sequence[CoTenancy]):
         cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
         if co_rows:  # inside the transaction: rows committed after the adopted snapshot would be invisible
-            _load_co_tenancy(cursor, dialect, [(c.gpu, c.namespace, c.from_ns, c.to_ns, c.others) for c in co_rows])
-            cursor.execute(f"ANALYZE {CO_TENANCY.name}")
+            _load_co_tenancy(cursor, dialect, co_rows.rows())
+            for table in _CO_TABLES:
+                cursor.execute(f"ANALYZE {table.name}")
     return raw
 
 
 def _twin_cleanup(raw) -> None:
     if raw.info.transaction_status != 0:  # not idle: end the transaction (the temporary table goes with it)
         raw.execute("ROLLBACK")
-    raw.execute(f"DROP TABLE IF EXISTS {CO_TENANCY.name}")
+    for table in _CO_TABLES:
+        raw.execute(f"DROP TABLE IF EXISTS {table.name}")
     raw.autocommit = False
 
 

@@ -94,8 +94,11 @@ POPULATION_ROWS = {
     "inventory": "a device published in a ResourceSlice, over the interval its attributes held",
     "allocation_episodes": "a device allocated to a claim (allocation result), over the claim's allocation",
     "consumer_intervals": "a pod reserving an allocated claim (status.reservedFor), over that interval",
-    "transaction_lineage": "a logged transaction with the pod, claim, device and physical GPU that served it, and "
-                           "the other namespaces holding that GPU at that instant (co_tenant_namespaces); "
+    "transaction_lineage": "a logged transaction with the pod, claim, device and physical GPU that served it, the "
+                           "other namespaces holding that GPU throughout the clock-skew tolerance around it "
+                           "(co_tenant_namespaces) and those holding it at some instant within the tolerance "
+                           "only, which may have held it at the transaction's instant "
+                           "(co_tenant_namespaces_possible); "
                            "conflict is true when the record repeats a transaction id stored before with "
                            "different content",
     "findings": "a policy decision (rule, severity, subjects, evidence), once per decision however many bundle "
@@ -775,7 +778,7 @@ def _gather_and_write(session: Session, scope: pop.Scope, data_dir: Path, clock_
         # some stretch of the period in scope was evaluated (else the pack says "not evaluated")
         "policy_evaluated": bool(bundles) and (not policy_rows or polcov.any_evaluated(policy_rows)),
         "policy_rule": polcov.RULE, "clock_skew_s": clock_skew_s, "skew": skew, "version": __version__,
-        "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments),
+        "anchor": {"seq": anchor_seq, "hash": anchor_hash}, "co_tenancy": co_tenancy(segments, scope, clock_skew_s),
         "columns": {"inventory": pop.INVENTORY_COLUMNS, "allocation_episodes": pop.EPISODE_COLUMNS,
                     "consumer_intervals": pop.CONSUMER_COLUMNS, "transaction_lineage": pop.LINEAGE_COLUMNS,
                     "findings": pop.FINDING_COLUMNS, "coverage": pop.COVERAGE_COLUMNS, "sharing": SHARING_COLUMNS,
@@ -828,16 +831,22 @@ def shutdown_pdf_worker() -> None:
         _PDF_POOL = None
 
 
-def co_tenancy(segments) -> list[pop.CoTenancy]:
+def co_tenancy(segments, scope: pop.Scope, clock_skew_s: float) -> pop.CoTenancyInput:
     """Per sharing interval and namespace in it, the other namespaces on the same physical GPU
-    (intervals where only one namespace's claims shared the GPU have no co-tenant)."""
+    (intervals where only one namespace's claims shared the GPU have no co-tenant), for the lineage's
+    co-tenant columns; with ``clock_skew_s``, the tolerance of transactions whose lineage names no
+    attribution settings. An interval cut at the period's start or end (``sharing_segments`` clips
+    them) is open on that side: the cut is no bound of the sharing, which a transaction near it
+    would call possible only."""
     out = []
     for s in segments:
         namespaces = sorted({claim.split("/", 1)[0] for claim in s.claims})
         if len(namespaces) > 1:
-            out.extend(pop.CoTenancy(s.physical_gpu_uuid, ns, s.from_ns, s.to_ns,
-                                     ";".join(n for n in namespaces if n != ns)) for ns in namespaces)
-    return out
+            start = None if s.from_ns <= scope.from_ns else s.from_ns
+            end = None if s.to_ns >= scope.to_ns else s.to_ns
+            out.extend(pop.CoTenancy(s.physical_gpu_uuid, ns, start, end, ";".join(n for n in namespaces if n != ns))
+                       for ns in namespaces)
+    return pop.CoTenancyInput(out, int(round(clock_skew_s * 1_000_000_000)))
 
 
 def _sharing(session: Session, scope: pop.Scope, col: _Collector) -> tuple[list, list[Bar]]:
