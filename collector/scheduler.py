@@ -6,6 +6,14 @@ store creates) so Alembic creates, compares and drops it with the rest of the sc
 store's own ``create(checkfirst=True)`` then does nothing. Jobs run in a thread pool, never in the
 watcher's thread: a slow or failing job cannot block the watch.
 
+The job store is the scheduler's memory across restarts: a start keeps each stored job's next run
+time when its schedule is unchanged (a restart never postpones a job), reschedules it when the
+schedule changed, adds a job switched on and removes one switched ``off`` (with its pending retry)
+— ``Scheduler.sync_jobs``. Under leader election only the leader does that, when it becomes leader:
+a standby reads and writes nothing in the job store. A job that came due while no scheduler ran
+(the collector down, no leader) runs once as soon as one does (``coalesce``, no misfire grace: a
+late daily pack or retention run is still wanted).
+
 Every run is recorded in ``job_runs`` (started, finished, outcome ``success``/``error``/
 ``skipped``, the error, a one-line summary). A failing job is logged, recorded and retried once
 after ``retry_delay_s`` (then at its next scheduled time); the other jobs keep running.
@@ -27,15 +35,17 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from apscheduler.jobstores.base import ConflictingIdError
+from apscheduler.jobstores.base import ConflictingIdError, JobLookupError
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import STATE_RUNNING
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
@@ -63,6 +73,12 @@ log = logging.getLogger(__name__)
 
 JOB_IDS = ("attribution", "policy", "daily_pack", "retention")
 RETENTION_BATCH = 1_000
+# Options of every periodic job. No misfire grace: with coalesce, a job that came due while no
+# scheduler ran (collector down, no leader) runs once when one does, however late (APScheduler's
+# default grace would drop a daily pack or retention run missed by more than a few minutes).
+JOB_OPTIONS: dict[str, Any] = {"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+# Seconds between attempts to bring the job store in line when it failed on becoming leader.
+RESYNC_DELAY_S = 10.0
 
 
 # ------------------------------------------------------------------------------------ configuration
@@ -169,6 +185,49 @@ def load_schedule_config(environ: Mapping[str, str] | None = None) -> ScheduleCo
             except ValueError:
                 raise UserError(f"{var}={env[var]!r} must be a non-negative number") from None
     return ScheduleConfig(**values)
+
+
+def check_job_inputs(settings: Settings, config: ScheduleConfig) -> list[str]:
+    """Read what the enabled jobs will read, so that ``draudit run`` refuses to start on a bad one
+    instead of starting, staying ready and failing in every run of a job.
+
+    - policy job on: the bundle ``DRAUDIT_POLICY_BUNDLE`` loads (``load_bundle``) and, for the
+      embedded engine (no ``DRAUDIT_OPA_URL``), every module parses. An OPA server is not
+      contacted (it may start after the collector; its URL's form is checked in ``Settings``).
+    - daily pack on and ``DRAUDIT_SIGN_KEY`` set: the key reads as an Ed25519 private key.
+
+    Returns:
+        The bundle's warnings (``Bundle.warnings``), for the caller to show.
+
+    Raises:
+        UserError: one line naming the variable and what is wrong with it.
+    """
+    warnings: list[str] = []
+    if parse_trigger(config.policy, "DRAUDIT_SCHEDULE_POLICY") is not None:
+        from collector.policy.bundle import load_bundle
+        from collector.policy.engines import RegorusEngine
+
+        try:
+            bundle = load_bundle(settings.policy_bundle)
+            if not settings.opa_url:
+                RegorusEngine().load_bundle(bundle)
+        except UserError as exc:
+            raise UserError(f"DRAUDIT_POLICY_BUNDLE={settings.policy_bundle}: {_one_line(exc)} "
+                            "(the policy job evaluates it; or DRAUDIT_SCHEDULE_POLICY=off)") from None
+        warnings.extend(bundle.warnings)
+    if settings.sign_key and parse_trigger(config.daily_pack, "DRAUDIT_SCHEDULE_DAILY_PACK") is not None:
+        from collector.cli.report import read_private_key
+
+        try:
+            read_private_key(settings.sign_key)
+        except UserError as exc:
+            raise UserError(f"DRAUDIT_SIGN_KEY={settings.sign_key}: {_one_line(exc)} "
+                            "(the daily pack job signs with it)") from None
+    return warnings
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 # ------------------------------------------------------------------------------------ jobs
@@ -404,35 +463,173 @@ def _schedule_retry(ctx: JobContext, context_key: str, job_id: str) -> None:
         log.exception("job %s: cannot schedule its retry", job_id)
 
 
-class Scheduler:
-    """The periodic jobs of ``draudit run``: ``start()`` and ``shutdown()``; ``run_now`` for one job."""
+class _BackgroundScheduler(BackgroundScheduler):
+    """``BackgroundScheduler`` that looks at due jobs only while running.
 
-    def __init__(self, aps: BackgroundScheduler, context: JobContext, key: str) -> None:
+    APScheduler 3's main loop runs one more round after ``shutdown()`` (state stopped, which its
+    paused-check does not cover): it finds the due jobs, cannot submit them (executors shut down:
+    "cannot schedule new futures after shutdown") and advances their next run time in the shared
+    job store. A standby's restart, or a stopping leader's, would so drop a due run. The check is
+    made under the job store lock that ``shutdown()`` takes before shutting the executors down.
+    """
+
+    def _process_jobs(self):
+        with self._jobstores_lock:
+            if self.state != STATE_RUNNING:
+                return None
+            return super()._process_jobs()
+
+
+def _trigger_key(trigger: Any) -> tuple | None:
+    """What makes two triggers the same schedule (None: not comparable, always rescheduled).
+
+    An ``IntervalTrigger``'s ``start_date`` is not part of it: it is the moment the job was first
+    added, from which the stored job's run times count on.
+    """
+    if isinstance(trigger, IntervalTrigger):
+        return ("interval", trigger.interval, trigger.jitter, str(trigger.timezone), trigger.end_date)
+    if isinstance(trigger, CronTrigger):
+        return ("cron", tuple((f.name, str(f)) for f in trigger.fields), trigger.jitter, str(trigger.timezone),
+                trigger.start_date, trigger.end_date)
+    return None
+
+
+class Scheduler:
+    """The periodic jobs of ``draudit run``: ``start()`` and ``shutdown()``; ``run_now`` for one job.
+
+    ``triggers``: the configured trigger of each job id (None: switched off).
+    """
+
+    def __init__(self, aps: BackgroundScheduler, context: JobContext, key: str,
+                 triggers: Mapping[str, Any] | None = None) -> None:
         self.aps = aps
         self.context = context
         self.key = key
+        self.triggers: dict[str, Any] = dict(triggers or {})
+        self._lock = threading.RLock()
+        self._leading = False
+        self._resync_timer: threading.Timer | None = None
 
     def start(self, paused: bool = False) -> None:
-        """Start the scheduler thread (jobs already registered are written to the job store);
-        ``paused``: no job runs until ``follow_leadership(True)``."""
-        self.aps.start(paused=paused)
+        """Start the scheduler thread.
+
+        Not ``paused``: first bring the job store in line with the configured schedules
+        (``sync_jobs``), then run jobs. ``paused`` (a standby under leader election): read and
+        write nothing in the job store and run nothing until ``follow_leadership(True)``.
+
+        Raises:
+            SQLAlchemyError: the job store cannot be read or written (not paused).
+        """
+        self.aps.start(paused=True)  # nothing pending: starting writes nothing to the job store
+        if not paused:
+            self.sync_jobs()
+            with self._lock:
+                self._leading = True
+                self.aps.resume()
+
+    def sync_jobs(self) -> dict[str, str]:
+        """Make the job store hold the configured jobs, keeping what is unchanged.
+
+        Per job: ``kept`` (same schedule: its stored next run time stays, so a restart never
+        postpones it), ``rescheduled`` (schedule changed: next run from now), ``added``, ``removed``
+        (switched off: it and its pending retry leave the job store, so it stops running),
+        ``off`` (switched off and not stored). Returns that per job id.
+        """
+        done: dict[str, str] = {}
+        now = datetime.now(timezone.utc)
+        for job_id in [*JOB_IDS, *(j for j in self.triggers if j not in JOB_IDS)]:
+            trigger = self.triggers.get(job_id)
+            stored = self._stored_job(job_id)
+            if trigger is None:
+                done[job_id] = "off"
+                for jid in (job_id, f"{job_id}.retry"):
+                    if (stored if jid == job_id else self._stored_job(jid)) is not None:
+                        try:
+                            self.aps.remove_job(jid)
+                        except JobLookupError:  # a one-shot retry that just ran
+                            continue
+                        done[job_id] = "removed"
+                if done[job_id] == "removed":
+                    log.info("job %s: switched off (DRAUDIT_SCHEDULE_%s=off): removed from the job store",
+                             job_id, job_id.upper())
+                continue
+            wanted = {"func": run_job, "args": (self.key, job_id), "name": job_id, **JOB_OPTIONS}
+            if stored is None:
+                self.aps.add_job(run_job, trigger, args=[self.key, job_id], id=job_id, name=job_id, **JOB_OPTIONS)
+                done[job_id] = "added"
+                continue
+            if _trigger_key(stored.trigger) != _trigger_key(trigger) or stored.next_run_time is None:
+                self.aps.modify_job(job_id, trigger=trigger, next_run_time=trigger.get_next_fire_time(None, now),
+                                    **{**wanted, "args": list(wanted["args"])})
+                done[job_id] = "rescheduled"
+                log.info("job %s: schedule changed to %s: next run recomputed", job_id,
+                         self.context.config.schedule_of(job_id) if job_id in JOB_IDS else trigger)
+                continue
+            changes = {k: v for k, v in wanted.items()
+                       if (stored.func_ref != f"{run_job.__module__}:{run_job.__qualname__}" if k == "func"
+                           else tuple(stored.args) != v if k == "args" else getattr(stored, k, None) != v)}
+            if changes:
+                self.aps.modify_job(job_id, **changes)
+            done[job_id] = "kept"
+            log.info("job %s: schedule unchanged, next run kept at %s", job_id, stored.next_run_time.isoformat())
+        return done
+
+    def _stored_job(self, job_id: str):
+        """The job ``job_id`` in the job store, or None; one this APScheduler cannot read (stored
+        by another version) is removed and counts as absent."""
+        try:
+            return self.aps.get_job(job_id)
+        except Exception as exc:  # noqa: BLE001 - unpickling a foreign job state
+            log.warning("job %s: the stored job cannot be read (%s): replaced", job_id, exc)
+            try:
+                self.aps.remove_job(job_id)
+            except JobLookupError:
+                pass
+            return None
 
     def follow_leadership(self, leading: bool) -> None:
         """Run jobs only while this replica leads (``Watcher.leadership_listeners``).
 
         APScheduler 3 does not coordinate several schedulers on one job store: without this, every
         replica would run every job (two daily packs, retention twice). A job already running
-        when leadership is lost finishes; none starts until leadership returns.
+        when leadership is lost finishes; none starts until leadership returns. On becoming
+        leader the job store is first brought in line with this replica's schedules
+        (``sync_jobs``); if that fails jobs stay paused and it is retried every ``RESYNC_DELAY_S``.
         """
-        if not self.aps.running:
-            return
-        if leading:
+        with self._lock:
+            self._leading = leading
+            if self._resync_timer is not None:
+                self._resync_timer.cancel()
+                self._resync_timer = None
+            if not self.aps.running:
+                return
+            if not leading:
+                self.aps.pause()
+                return
+            try:
+                self.sync_jobs()
+            except Exception:  # noqa: BLE001 - the store may be down: stay paused, try again
+                log.exception("scheduler: cannot bring the job store in line with the configured schedules; "
+                              "jobs stay paused, retrying in %.0f s", RESYNC_DELAY_S)
+                self._resync_timer = threading.Timer(RESYNC_DELAY_S, self._resync)
+                self._resync_timer.daemon = True
+                self._resync_timer.start()
+                return
             self.aps.resume()
-        else:
-            self.aps.pause()
+
+    def _resync(self) -> None:
+        with self._lock:
+            leading = self._leading
+        if leading:
+            self.follow_leadership(True)
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop scheduling; with ``wait`` let running jobs finish."""
+        with self._lock:
+            self._leading = False
+            if self._resync_timer is not None:
+                self._resync_timer.cancel()
+                self._resync_timer = None
         if self.aps.running:
             self.aps.shutdown(wait=wait)
         _CONTEXTS.pop(self.key, None)
@@ -448,13 +645,15 @@ class Scheduler:
 def build_scheduler(settings: Settings, session_factory: sessionmaker[Session], config: ScheduleConfig | None = None,
                     *, jobs: Mapping[str, Callable[[JobContext], str]] | None = None, key: str = "main",
                     max_workers: int = 4) -> Scheduler:
-    """A ``Scheduler`` with every enabled job registered (not started).
+    """A ``Scheduler`` with the trigger of every job parsed (not started: the job store is only
+    touched by ``Scheduler.start`` / ``follow_leadership(True)``, see ``Scheduler.sync_jobs``).
 
     Args:
         settings: the collector's settings (cluster, pack_dir, sign_key, policy bundle, OPA URL).
         session_factory: sessions on the store; the job store uses the same engine.
         config: schedules and retention (default: ``load_schedule_config()``).
-        jobs: job functions by id (default ``DEFAULT_JOBS``; tests substitute their own).
+        jobs: job functions by id (default ``DEFAULT_JOBS``; tests substitute their own). A job of
+            ``JOB_IDS`` not given is switched off.
         key: names this scheduler's context in the process (persisted jobs carry it).
         max_workers: threads for jobs (separate from the watcher's).
 
@@ -463,19 +662,16 @@ def build_scheduler(settings: Settings, session_factory: sessionmaker[Session], 
     """
     config = config or load_schedule_config()
     ctx = JobContext(settings, session_factory, config, dict(jobs or DEFAULT_JOBS))
+    triggers = {job_id: parse_trigger(config.schedule_of(job_id), f"DRAUDIT_SCHEDULE_{job_id.upper()}")
+                for job_id in ctx.jobs}
     engine = session_factory.kw["bind"]
-    aps = BackgroundScheduler(jobstores={"default": SQLAlchemyJobStore(engine=engine, tablename=SchedulerJob.__tablename__)},
+    aps = _BackgroundScheduler(jobstores={"default": SQLAlchemyJobStore(engine=engine, tablename=SchedulerJob.__tablename__)},
                               executors={"default": ThreadPoolExecutor(max_workers=max_workers)},
                               job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 300},
                               timezone=timezone.utc)
     ctx.scheduler = aps
     _CONTEXTS[key] = ctx
-    for job_id in ctx.jobs:
-        trigger = parse_trigger(config.schedule_of(job_id), f"DRAUDIT_SCHEDULE_{job_id.upper()}")
-        if trigger is None:
-            continue
-        aps.add_job(run_job, trigger, args=[key, job_id], id=job_id, name=job_id, replace_existing=True)
-    return Scheduler(aps, ctx, key)
+    return Scheduler(aps, ctx, key, triggers)
 
 
 def _stored_schedule(job_state: bytes) -> str | None:
@@ -499,8 +695,9 @@ def job_overview(sessions: sessionmaker[Session], config: ScheduleConfig) -> lis
 
     ``next_run`` is the earliest of the job and its pending retry, from ``apscheduler_jobs``
     (None when ``draudit run`` never scheduled it); times are RFC 3339 UTC. ``schedule`` is the
-    one the running scheduler registered (its job store), else ``config``'s (this process's
-    environment) — they differ when ``draudit run`` was started with other settings.
+    one the running scheduler registered (its job store; ``off`` for a job it removed), else
+    ``config``'s (this process's environment, when no scheduler ever ran on this store) — they
+    differ when ``draudit run`` was started with other settings.
     """
     schedules: dict[str, str] = {}
     with sessions() as session:
@@ -515,12 +712,15 @@ def job_overview(sessions: sessionmaker[Session], config: ScheduleConfig) -> lis
         latest = select(JobRun.job_id, func.max(JobRun.id).label("id")).group_by(JobRun.job_id).subquery()
         for run in session.execute(select(JobRun).join(latest, JobRun.id == latest.c.id)).scalars():
             last[run.job_id] = run
+    # A job store that holds jobs is the running scheduler's: a job it lacks is switched off there.
+    # An empty one after jobs ran: the scheduler removed every job (all switched off; it removes
+    # only those) — else no scheduler ever started on this store and this process's config is shown.
+    store_known = bool(schedules) or bool(last)
     rows = []
     for job_id in JOB_IDS:
         run = last.get(job_id)
         nxt = next_runs.get(job_id)
-        # A job store that holds jobs is the running scheduler's: a job it lacks is switched off there.
-        schedule = schedules.get(job_id, "off" if schedules else config.schedule_of(job_id))
+        schedule = schedules.get(job_id, "off" if store_known else config.schedule_of(job_id))
         rows.append({"job": job_id, "schedule": schedule,
                      "next_run": ns_to_rfc3339(int(nxt * 1e6) * 1000) if nxt is not None else None,
                      "last_run": run.started_at.strftime("%Y-%m-%dT%H:%M:%SZ") if run else None,
@@ -529,5 +729,5 @@ def job_overview(sessions: sessionmaker[Session], config: ScheduleConfig) -> lis
     return rows
 
 
-__all__ = ["ScheduleConfig", "Scheduler", "build_scheduler", "load_schedule_config", "job_overview", "run_job",
+__all__ = ["ScheduleConfig", "Scheduler", "build_scheduler", "check_job_inputs", "load_schedule_config", "job_overview", "run_job",
            "apply_retention", "parse_trigger", "RETENTION_CLASSES"]

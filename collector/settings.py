@@ -6,6 +6,7 @@ variable and the accepted form. Durations carry their unit in the name (``*_s``)
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -14,6 +15,13 @@ from typing import Any, Mapping
 from collector.errors import UserError
 
 DEFAULT_DATABASE_URL = "sqlite:///./draudit.db"
+# Upper bound of DRAUDIT_CLOCK_SKEW_S: collector.lineage.MAX_CLOCK_SKEW_S (same rule as
+# `draudit attribute --clock-skew-s`; not imported: every command start stays light).
+MAX_CLOCK_SKEW_S = 86_400.0
+# Bounds of DRAUDIT_LEASE_DURATION_S under leader election: the elector renews every 2/15 of it
+# and fences itself 1 s before it ends, and the Lease holds it as whole seconds.
+MIN_LEASE_DURATION_S = 2.0
+MAX_LEASE_DURATION_S = 86_400.0
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 # The shipped Rego bundle. It lives in ``policies/`` at the repository root (the product's layout);
 # ``collector/policy/default_bundle`` is a symbolic link to it, so the wheel carries its files as
@@ -101,9 +109,23 @@ class Settings:
         _check(not _holds_pan(self.cluster), "DRAUDIT_CLUSTER",
                "must not hold a card number (PAN): the cluster name is stored in every row, unmasked")
         _check(0 < self.http_port < 65536, "DRAUDIT_HTTP_PORT", "must be a TCP port 1..65535")
-        for name in ("opa_timeout_s", "clock_skew_s", "lease_duration_s", "watch_read_timeout_s",
-                     "backoff_initial_s", "backoff_max_s"):
-            _check(getattr(self, name) >= 0, _env_of(name), "must be a non-negative number of seconds")
+        # The clock-skew tolerance as `draudit attribute` checks it; inf was accepted here and then
+        # failed every attribution run of `draudit run`.
+        _check(math.isfinite(self.clock_skew_s) and 0 <= self.clock_skew_s <= MAX_CLOCK_SKEW_S,
+               f"DRAUDIT_CLOCK_SKEW_S={self.clock_skew_s:g}",
+               f"must be a non-negative number of seconds, at most {MAX_CLOCK_SKEW_S:.0f}")
+        for name in ("opa_timeout_s", "lease_duration_s", "watch_read_timeout_s", "backoff_initial_s", "backoff_max_s"):
+            # inf/nan failed later, in a job or a thread (int(inf) is an OverflowError)
+            _check(math.isfinite(getattr(self, name)) and getattr(self, name) >= 0, _env_of(name),
+                   "must be a finite, non-negative number of seconds")
+        if self.leader_elect:  # LeaseElector's ValueError, after the HTTP server had started
+            _check(MIN_LEASE_DURATION_S <= self.lease_duration_s <= MAX_LEASE_DURATION_S,
+                   f"DRAUDIT_LEASE_DURATION_S={self.lease_duration_s:g}",
+                   f"must be {MIN_LEASE_DURATION_S:.0f} to {MAX_LEASE_DURATION_S:.0f} seconds with leader election "
+                   "(DRAUDIT_LEADER_ELECT, --leader-elect)")
+        if self.opa_url is not None:  # its form only: OPA may start after the collector
+            _check(_is_opa_url(self.opa_url), f"DRAUDIT_OPA_URL={self.opa_url!r}",
+                   "must look like http://opa.example:8181 (scheme http or https, host, port; no path)")
         for name in ("ingest_max_body_bytes", "ingest_max_line_bytes", "list_page_size", "watch_timeout_s"):
             _check(getattr(self, name) > 0, _env_of(name), "must be a positive integer")
         _check(self.log_level.upper() in {"DEBUG", "INFO", "WARNING", "ERROR"}, "DRAUDIT_LOG_LEVEL",
@@ -168,6 +190,20 @@ def _holds_pan(text: str) -> bool:
     from collector.ingest.pan import mask_text
 
     return mask_text(text)[1] > 0
+
+
+def _is_opa_url(url: str) -> bool:
+    """``url`` has the form ``OpaServerEngine`` accepts: http(s), a host, a valid port, no path
+    (reachability is not checked: OPA may start after the collector)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0..65535
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.path in ("", "/") \
+        and not parts.query and not parts.fragment
 
 
 def _check(ok: bool, name: str, what: str) -> None:

@@ -83,12 +83,12 @@ def test_jobs_registered_with_configured_schedules(sessions, database_url, tmp_p
                                 "DRAUDIT_SCHEDULE_DAILY_PACK": "cron:5 2 * * *"})
     sched = build_scheduler(_settings(database_url, tmp_path), sessions, cfg, key="t-registered")
     try:
+        sched.start()  # the job store is written at start (Scheduler.sync_jobs), not when built
         jobs = {j.id: j for j in sched.aps.get_jobs()}
         assert sorted(jobs) == ["attribution", "daily_pack", "retention"]
         assert jobs["attribution"].trigger.interval == timedelta(seconds=30)
         fields = {f.name: str(f) for f in jobs["daily_pack"].trigger.fields}
         assert (fields["minute"], fields["hour"]) == ("5", "2")
-        sched.start()
         with sessions() as s:
             stored = dict(s.execute(select(SchedulerJob.id, SchedulerJob.next_run_time)).all())
         assert sorted(stored) == ["attribution", "daily_pack", "retention"]

@@ -89,20 +89,27 @@ def run_cmd(kubeconfig, kube_context, api_server, cluster, leader_elect, databas
                    err=True)
     watcher = _build_watcher(settings, sessions, api_server)
     from collector.ingest.http import ingest_routes
-    from collector.scheduler import build_scheduler
+    from collector.scheduler import build_scheduler, check_job_inputs, load_schedule_config
 
+    scheduler = None
+    if not no_scheduler:
+        # What the jobs read is checked now (bundle, signing key): a bad one refuses the start
+        # instead of failing every run of a job behind a ready /readyz.
+        config = load_schedule_config()
+        for warning in check_job_inputs(settings, config):
+            click.echo(f"draudit run: warning: {warning}", err=True)
+        scheduler = build_scheduler(settings, sessions, config)
     http = HttpServer(build_app(watcher.readiness, ingest_routes(settings, sessions)), settings.http_host, settings.http_port)
-    scheduler = None if no_scheduler else build_scheduler(settings, sessions)
     http.start()
     click.echo(f"draudit run: HTTP on {settings.http_host}:{http.port}", err=True)
-    if scheduler is not None:
-        if settings.leader_elect:  # one replica runs the jobs: the Lease holder
-            scheduler.start(paused=True)
-            watcher.leadership_listeners.append(scheduler.follow_leadership)
-        else:
-            scheduler.start()
     stop = threading.Event()
     try:
+        if scheduler is not None:
+            if settings.leader_elect:  # one replica runs the jobs: the Lease holder; a standby
+                scheduler.start(paused=True)  # leaves the job store alone (no rescheduling)
+                watcher.leadership_listeners.append(scheduler.follow_leadership)
+            else:
+                scheduler.start()
         watcher.start()
         _wait_for_signal(stop)
     finally:

@@ -23,11 +23,12 @@ def make_api_client(*, kubeconfig: str | None = None, context: str | None = None
     else ``~/.kube/config``.
 
     Raises:
-        UserError: no usable configuration, naming what was tried and the flag that fixes it.
+        UserError: no usable configuration, naming what was tried and the flag that fixes it; a
+            ``host`` that is not an http(s) URL with a host (``--server``).
     """
     if host:
         cfg = kubernetes.client.Configuration()
-        cfg.host = host.rstrip("/")
+        cfg.host = check_server_url(host).rstrip("/")
         return kubernetes.client.ApiClient(cfg)
     try:
         if kubeconfig:
@@ -43,3 +44,26 @@ def make_api_client(*, kubeconfig: str | None = None, context: str | None = None
         where = kubeconfig or "~/.kube/config (no in-cluster service account either)"
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise UserError(f"cannot configure the Kubernetes client from {where}: {detail}; pass --kubeconfig FILE [--context NAME]") from None
+
+
+def check_server_url(url: str) -> str:
+    """``url`` (``--server``) if it is an ``http://`` or ``https://`` URL with a host and a valid
+    port; ``localhost:16443`` (no scheme) was taken as scheme ``localhost`` and retried forever
+    ("No host specified").
+
+    Raises:
+        UserError: naming ``--server`` and the expected form.
+    """
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number 0..65535
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and not parts.query and not parts.fragment
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"--server {url!r} is not a URL of the form https://host:port (scheme, host, port; "
+                        "http://127.0.0.1:16443 for the local simulator, python -m collector.sim)")
+    return text

@@ -520,7 +520,7 @@ class Reflector:
         if self.failing_since_ns is None:
             self.failing_since_ns = now_ns()
             self.disconnected_since_ns = self.last_contact_ns or self.failing_since_ns
-        self.last_failure = _describe(exc)
+        self.last_failure = _describe(exc, self.spec)
         log.warning("%s: %s; retrying in %.1f s", self.spec.kind, self.last_failure, delay)
         self.stop_event.wait(delay)
 
@@ -542,7 +542,9 @@ class Reflector:
         else:
             body = resp.read()
             resp.release_conn()
-            raise _api_exception(resp, body)
+            exc = _api_exception(resp, body)
+            exc.verb = "watch" if stream else "list"  # for the message (_describe)
+            raise exc
         if stream:
             return resp
         data = resp.read()
@@ -565,10 +567,46 @@ def _retry_after_s(exc: ApiException) -> float | None:
         return None
 
 
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, ApiException):
-        return f"HTTP {exc.status} {exc.reason or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"
+# The ClusterRole granting the watcher its reads (deploy/base/rbac.yaml).
+WATCHER_CLUSTER_ROLE = "draudit-watcher"
+
+
+def _describe(exc: Exception, spec: KindSpec | None = None) -> str:
+    """One line for the log and readiness: the HTTP status, the message of the API server's Status
+    body (a 403 says which user may not do what), and for 401/403 what to check."""
+    if not isinstance(exc, ApiException):
+        return f"{type(exc).__name__}: {exc}"
+    text = f"HTTP {exc.status} {exc.reason or ''}".strip()
+    message = _status_message(exc.body)
+    if message:
+        text += f": {message}"
+    verb = getattr(exc, "verb", None) or "list/watch"
+    if exc.status == 403 and spec is not None:
+        group = f"API group {spec.group!r}" if spec.group else 'core API group ""'
+        text += (f" — the collector may not {verb} {spec.plural} ({group}, all namespaces): check that ClusterRole "
+                 f"{WATCHER_CLUSTER_ROLE} grants get, list, watch on {spec.plural} and that ClusterRoleBinding "
+                 f"{WATCHER_CLUSTER_ROLE} binds it to the collector's service account (deploy/base/rbac.yaml)")
+    elif exc.status == 401:
+        text += (" — the API server did not accept the collector's credentials (service account token or "
+                 "kubeconfig user)")
+    return text
+
+
+def _status_message(body: Any) -> str | None:
+    """The ``message`` of a ``Status`` body, else the body's first line (a proxy's text), at most
+    300 characters; None when empty."""
+    if not body:
+        return None
+    raw = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+    try:
+        doc = json.loads(raw)
+        message = doc.get("message") if isinstance(doc, dict) else None
+    except ValueError:
+        message = None
+    if not isinstance(message, str) or not message.strip():
+        message = next((line for line in raw.splitlines() if line.strip()), "")
+    message = " ".join(message.split())
+    return (message[:297] + "...") if len(message) > 300 else (message or None)
 
 
 _LONG_DIGIT_RUN = re.compile(rb"[0-9]{19}")
