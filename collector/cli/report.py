@@ -86,7 +86,7 @@ def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, 
         click.echo(f"archive {result.archive}")
     click.echo(f"manifest sha256 {result.manifest_sha256}; "
                + ("recorded in evidence_packs and the ledger" if result.recorded else "already recorded"))
-    for warning in _pack_warnings(result):
+    for warning in _pack_warnings(result, scope_never_recorded=bool(unknown)):
         click.echo(f"draudit: warning: {warning}", err=True)
     if not result.signed:  # verify passes it only with --integrity-only: say so now, not at the auditor's
         click.echo("draudit: warning: the pack is not signed (no --sign-key or DRAUDIT_SIGN_KEY): `draudit verify "
@@ -95,7 +95,7 @@ def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, 
                    "with it", err=True)
 
 
-def _pack_warnings(result) -> list[str]:
+def _pack_warnings(result, scope_never_recorded: bool = False) -> list[str]:
     """What an auditor would otherwise find only inside the pack (``reports.render.PackResult``): no
     policy bundle evaluated over an observed period (its findings section is empty for that reason;
     for a period nothing observed the pack says an evaluation finds nothing to decide on, and
@@ -103,7 +103,9 @@ def _pack_warnings(result) -> list[str]:
     from reports.controls import share_text, stretches_text
 
     warnings = []
-    if not result.observed:  # the cover says it; a script reading stderr or an operator with a typo'd period should too
+    # the cover says it; a script reading stderr or an operator with a typo'd period should too (a scope
+    # name never recorded has had its own warning: nothing of it can have been observed)
+    if not result.observed and not scope_never_recorded:
         warnings.append("the collector observed no part of the period (no watch coverage recorded in it): the pack "
                         "evidences nothing for it (its cover says so) — check --from/--to and --cluster against when "
                         "`draudit run` or `draudit watch` recorded the cluster")
