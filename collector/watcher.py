@@ -288,8 +288,8 @@ class Watcher:
             unreachable = r.unreachable_since_ns(at)
             if r.in_gap:
                 reasons.append(f"{r.spec.kind}: in a coverage gap (relisting)")
-            elif not r.synced.is_set():
-                reasons.append(f"{r.spec.kind}: not synced yet")
+            elif not r.synced.is_set():  # with why, when it failed (a 403 names the ClusterRole to check)
+                reasons.append(f"{r.spec.kind}: not synced yet" + (f" ({r.last_failure})" if r.last_failure else ""))
             elif unreachable is not None:
                 reasons.append(f"{r.spec.kind}: API server unreachable since {ns_to_rfc3339(unreachable)} "
                                f"({r.last_failure}); changes since then are not observed yet")

@@ -398,8 +398,11 @@ def test_a_403_logs_the_servers_message_the_verb_the_resource_and_the_cluster_ro
         record = wait_until(lambda: next((r for r in caplog.records if r.getMessage().startswith("Pod: HTTP 403")), None),
                             what="the 403 logged")
         pod = next(r for r in watcher.reflectors if r.spec.kind == "Pod")
+        ready = watcher.readiness()  # /readyz says why too, not only "not synced yet"
     finally:
         watcher.stop()
+    pod_reason = next(x for x in ready.reasons if x.startswith("Pod: "))
+    assert pod_reason.startswith("Pod: not synced yet (") and "ClusterRole draudit-watcher" in pod_reason
     line = record.getMessage()
     assert FORBIDDEN in line  # the API server's Status message: who may not do what
     assert "may not list pods" in line and "ClusterRole draudit-watcher" in line and "deploy/base/rbac.yaml" in line
