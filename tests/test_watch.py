@@ -121,6 +121,51 @@ def test_1b_changes_a_silent_stream_held_back_are_a_coverage_gap(srv, sessions, 
     wait_until(lambda: w.readiness().ready, what="ready again after the gap")
 
 
+@pytest.mark.parametrize("failure", [dict(action="status", code=500), dict(action="status", code=503),
+                                     dict(action="reset_before_headers")], ids=["500", "503", "reset"])
+def test_1e_changes_made_while_requests_failed_are_a_coverage_gap(srv, sessions, watcher_factory, failure):
+    """A DRA breaker's finding: the API server answering 5xx (or resetting connections) for seconds
+    while claims change, then answering again: the watch resumes from its resourceVersion and the
+    server replays the changes at once — recorded when they arrive, made at some time since the last
+    contact. That span was "synced" (only a read timeout opened such a gap), and a transaction in it
+    was attributed exact to the GPU its claim had left. It is a gap now, from the last contact until
+    the replayed changes are in; an outage during which nothing changed is none (test_1f)."""
+    w = watcher_factory()
+    _synced(w)
+    srv.add_fault(Fault(kind="ResourceClaim", verb="any", count=100_000, **failure))
+    srv.close_watches("ResourceClaim")
+    cut = time.time_ns()
+    time.sleep(0.5)
+    made = time.time_ns()
+    for i in range(2):
+        srv.apply(claim(f"during{i}"))
+    time.sleep(1.0)
+    srv.clear_faults()
+    gap, observed = _claim_gap_and_observed(sessions, 2)
+    assert gap.started_ns <= cut < made  # from the last contact before the failures ...
+    assert min(observed) - made >= 500_000_000  # ... the claims arriving when the server answered again ...
+    assert max(observed) <= gap.ended_ns  # ... until they were in
+    assert gap.reason.startswith("requests to the API server failed (") and "delivered late" in gap.reason
+    assert gaps(sessions, "Pod") == []
+    wait_until(lambda: w.readiness().ready, what="ready again after the gap")
+
+
+def test_1f_an_outage_during_which_nothing_changed_is_no_gap(srv, sessions, watcher_factory):
+    w = watcher_factory()
+    _synced(w)
+    srv.add_fault(Fault(kind="ResourceClaim", verb="any", count=100_000, action="status", code=503))
+    srv.close_watches("ResourceClaim")
+    time.sleep(1.0)
+    srv.clear_faults()
+    watches = len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"])
+    wait_until(lambda: len([q for q in watch_requests(srv, "resourceclaims") if q.get("watch") == "true"]) > watches,
+               what="the watch resumed")
+    time.sleep(1.5)  # the resumed watch's bookmarks came first: nothing was held back
+    srv.apply(claim("live"))
+    wait_until(lambda: len(versions(sessions, "ResourceClaim")) == 1, what="the claim")
+    assert gaps(sessions) == []
+
+
 def test_1d_a_replay_longer_than_one_read_stays_inside_the_gap(srv, sessions, watcher_factory):
     """80 claims of ~2 kB held back: the replay spans several 64 KiB reads; the gap closed after the
     first one left most of them recorded after it (the final tester's finding)."""

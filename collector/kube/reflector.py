@@ -202,11 +202,12 @@ class Reflector:
         self._relisting = False
         self._resume_refused = False
         self._confirm_lock = threading.Lock()
-        # A stream found silent (read timeout): its last contact, until the resumed watch shows
+        # A stream found silent (read timeout), or requests failing (``_on_failure``): its last contact, until the resumed watch shows
         # whether changes were held back meanwhile (``_after_silence``); when the resumed watch was
         # answered; a gap opened for the replay, to close once the replayed changes are submitted
         # (a bookmark after them, or ``resume_confirm_s`` after the answer: ``_caught_up``).
         self._silent_since_ns: int | None = None
+        self._silence_cause = ""  # what the gap's reason says made the stream late
         self._connected_ns = 0
         self._replay_gap_open = False
         self._caught_up = False
@@ -274,6 +275,7 @@ class Reflector:
         self.sink.submit_synced(self.spec, list_rv, observed)
         self.resume_rv = list_rv
         self.in_gap = False
+        self._silent_since_ns = None  # complete as of the list: what the next watch sends is new
         self._relisting = True
         self.synced.set()
         if self.metrics:
@@ -356,6 +358,7 @@ class Reflector:
                 # half-open connection, most likely (watch-semantics §7). What changed after the
                 # last contact is replayed by the resumed watch, late (``_after_silence``).
                 self._silent_since_ns = self.last_contact_ns
+                self._silence_cause = "watch stream silent (read timeout, a half-open connection?)"
             raise _StreamError(f"watch stream broke: {exc}") from None
         finally:
             if confirm is not None:
@@ -431,10 +434,9 @@ class Reflector:
             return
         self._flush(pending)
         self._caught_up = False
-        log.warning("%s: the watch resumed after a silent stream replays changes made since %s: coverage gap until "
-                    "they are recorded", self.spec.kind, since)
-        self._open_gap("watch stream silent (read timeout, a half-open connection?): changes made meanwhile were "
-                       "delivered late", since_ns=since)
+        log.warning("%s: the watch resumed after %s replays changes made since %s: coverage gap until they are "
+                    "recorded", self.spec.kind, self._silence_cause, since)
+        self._open_gap(f"{self._silence_cause}: changes made meanwhile were delivered late", since_ns=since)
         self._replay_gap_open = True
 
     def _confirm_resume(self, rv: str | None) -> None:
@@ -520,6 +522,15 @@ class Reflector:
         if self.failing_since_ns is None:
             self.failing_since_ns = now_ns()
             self.disconnected_since_ns = self.last_contact_ns or self.failing_since_ns
+        if self.synced.is_set() and self.resume_rv is not None and self._silent_since_ns is None:
+            # The watch resumes from resume_rv once the server answers again, and replays at once
+            # what changed since the last contact — late, as after a silent stream: the same
+            # coverage gap then (``_after_silence``). A 5xx, a reset or a refused connection lasting
+            # seconds while a claim moved to another GPU was "synced" throughout, and its
+            # transactions were attributed exact to the GPU it had left (a DRA breaker's finding).
+            self._silent_since_ns = self.last_contact_ns
+            cause = f"HTTP {exc.status}" if isinstance(exc, ApiException) else type(exc).__name__
+            self._silence_cause = f"requests to the API server failed ({cause})"
         self.last_failure = _describe(exc, self.spec)
         log.warning("%s: %s; retrying in %.1f s", self.spec.kind, self.last_failure, delay)
         self.stop_event.wait(delay)

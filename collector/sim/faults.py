@@ -158,6 +158,12 @@ class FaultQueue:
         with self._lock:
             self._faults.append(fault)
 
+    def clear(self) -> int:
+        """Drop every queued fault (an outage ends); returns how many were queued."""
+        with self._lock:
+            n, self._faults = len(self._faults), []
+        return n
+
     def take(self, kind: str | None, verb: str, namespace: str | None) -> list[Fault]:
         """Consume the faults a request gets: the first matching fault, one use of it.
 

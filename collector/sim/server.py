@@ -429,6 +429,10 @@ class FakeApiServer:
         self._faults.add(fault)
         return fault
 
+    def clear_faults(self) -> int:
+        """Drop every queued fault, e.g. a ``count=100_000`` outage now over; returns how many were queued."""
+        return self._faults.clear()
+
     def pending_faults(self) -> list[Fault]:
         """Faults not yet (fully) consumed."""
         return self._faults.pending()
