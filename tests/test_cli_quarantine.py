@@ -57,6 +57,27 @@ def test_quarantined_lines_are_listed_with_reason_position_and_masked_text(tmp_p
                              "their reasons: none (--source/--run match no line)\n")
 
 
+def test_source_given_relative_or_by_file_name_finds_the_recorded_absolute_path(tmp_path, database_url, monkeypatch):
+    """A newcomer's finding: `--source fluentbit.jsonl` (the name the pack shows) and a path relative
+    to the directory they ingested from matched nothing, silently: only the absolute path the run
+    recorded did. A path that names the file from here now matches; a bare name lists the sources of
+    that name."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "app.log").write_text("\n".join(LINES) + "\n")
+    assert _run("db", "upgrade", "--database-url", database_url).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    assert _run("ingest", "logs/app.log", "--database-url", database_url).exit_code == 0
+    relative = json.loads(_run("quarantine", "--database-url", database_url, "--source", "logs/app.log",
+                               "--output", "json").stdout)
+    assert relative["total"] == 3 and {d["source"] for d in relative["lines"]} == {str(logs / "app.log")}
+    monkeypatch.chdir(logs.parent.parent)  # elsewhere: the bare name no longer names the file
+    bare = _run("quarantine", "--database-url", database_url, "--source", "app.log")
+    assert bare.exit_code == 0 and bare.stdout == "no quarantined line matches\n"
+    assert bare.stderr == (f"draudit: no quarantined line has source 'app.log'; sources of that name: "
+                           f"{logs / 'app.log'} (give one of them to --source)\n")
+
+
 def test_a_line_refused_again_for_another_reason_is_listed_with_the_new_reason(tmp_path, database_url):
     path = tmp_path / "local.log"
     path.write_text('{"@timestamp":"2026-03-29T02:30:00","txn_id":"T-1","decision":"APPROVE"}\n')
@@ -118,8 +139,9 @@ def test_an_alias_file_that_is_not_utf8_is_one_clear_error(tmp_path, database_ur
 def test_ingest_under_a_cluster_the_watcher_never_recorded_is_refused_or_warned(tmp_path, database_url, monkeypatch):
     """A newcomer ingested without --cluster into the store `draudit run` fills: the records went in
     as 'default', for ever unattributable, and only `attribute` said so, later. Without --cluster it
-    is refused before anything is stored, naming the watched clusters; an explicit --cluster the
-    watcher has not recorded (yet) is stored, with a warning naming the watched ones."""
+    is refused before anything is stored, naming the watched clusters; so is an explicit --cluster
+    the watcher never recorded (a newcomer's typo, `bank-eu-inference-l`, was stored for good with a
+    warning), unless --allow-unwatched-cluster: then it is stored, with a warning naming the watched ones."""
     from sqlalchemy import insert
 
     from collector.store.db import make_engine
@@ -138,11 +160,17 @@ def test_ingest_under_a_cluster_the_watcher_never_recorded_is_refused_or_warned(
     assert refused.exit_code == 2 and "Traceback" not in refused.output
     assert ("no --cluster given: this store's watcher recorded 'bank-eu-inference-1', not 'default' (the default)"
             in refused.output)
+    typo = _run("ingest", str(path), "--database-url", database_url, "--cluster", "bank-eu-inference-l")
+    assert typo.exit_code == 2 and typo.output == (
+        "draudit: error: --cluster 'bank-eu-inference-l': this store's watcher recorded 'bank-eu-inference-1', not it "
+        "(did you mean 'bank-eu-inference-1'?); records stored under it could not be attributed until the watcher "
+        "records it, and would stay (the store is append-only) — check the name, or give --allow-unwatched-cluster "
+        "for a cluster the watcher will record later\n")
     engine = make_engine(database_url)
     with engine.connect() as conn:  # nothing stored
         assert conn.exec_driver_sql("SELECT count(*) FROM inference_records").scalar_one() == 0
     engine.dispose()
-    result = _run("ingest", str(path), "--database-url", database_url, "--cluster", "default")
+    result = _run("ingest", str(path), "--database-url", database_url, "--cluster", "default", "--allow-unwatched-cluster")
     assert result.exit_code == 0
     assert ("warning: cluster 'default' has no watch history in this store (watched: bank-eu-inference-1)"
             in result.output)

@@ -54,7 +54,7 @@ def test_bad_database_inputs_give_one_line_and_no_traceback(tmp_path, database_u
          "or CREATE DATABASE) or fix DRAUDIT_DATABASE_URL / --database-url, then `draudit db upgrade`"),
         (f"sqlite:///{tmp_path / 'never-migrated.db'}",
          f"run `draudit db upgrade --database-url sqlite:///{tmp_path / 'never-migrated.db'}` first"),
-        (f"sqlite:///{tmp_path / 'typo.db'}", "does not exist; create the store with `draudit db upgrade"),
+        (f"sqlite:///{tmp_path / 'typo.db'}", "does not exist; give the store's URL with --database-url (or DRAUDIT_DATABASE_URL), e.g. the one `draudit run` or `draudit demo` uses; to create a new, empty store instead: `draudit db upgrade"),
         (f"sqlite:///{tmp_path / 'scoring.jsonl'}",
          f"the database sqlite:///{tmp_path / 'scoring.jsonl'} cannot be used: file is not a database"),
     ]
@@ -84,7 +84,7 @@ def test_db_current_of_a_missing_sqlite_file_does_not_create_it(tmp_path):
     path = tmp_path / "none.db"
     result = CliRunner().invoke(cli, ["db", "current", "--database-url", f"sqlite:///{path}"])
     assert result.exit_code == 2
-    assert f"database file {path} does not exist; create the store with `draudit db upgrade" in result.output
+    assert f"database file {path} does not exist; give the store's URL with --database-url (or DRAUDIT_DATABASE_URL), e.g. the one `draudit run` or `draudit demo` uses; to create a new, empty store instead: `draudit db upgrade" in result.output
     assert not path.exists()
 
 

@@ -33,15 +33,21 @@ def _summary_lines(counts) -> list[str]:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Force an envelope (cri, fluentbit, vector, elastic, otlp, ...) or an application "
                    "format (spring_ecs_flat, logstash, gelf, ...) instead of detecting it per line.")
-@click.option("--cluster", default=None, help="Cluster name stored with every record (env DRAUDIT_CLUSTER).")
+@click.option("--cluster", default=None,
+              help="Cluster name stored with every record (env DRAUDIT_CLUSTER): the one the watcher records. Without "
+                   "it, a store whose watcher recorded other clusters is refused; a name never watched is stored "
+                   "only with --allow-unwatched-cluster.")
+@click.option("--allow-unwatched-cluster", is_flag=True,
+              help="Store the records under a --cluster the store's watcher has not recorded (yet): they stay "
+                   "unknown-cluster until it does, and stay stored (append-only) if the name was a typo.")
 @click.option("--aliases", "aliases_path", default=None, type=click.Path(dir_okay=False),
               help="YAML file: canonical field → list of field names (replaces that field's defaults).")
 @click.option("--default-tz", default=None, metavar="ZONE",
               help="IANA zone for timestamps without a zone (env DRAUDIT_INGEST_DEFAULT_TZ); otherwise quarantined.")
 @database_option
 @output_option
-def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_path: str | None,
-               default_tz: str | None, database_url: str | None, output: str) -> None:
+def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, allow_unwatched_cluster: bool,
+               aliases_path: str | None, default_tz: str | None, database_url: str | None, output: str) -> None:
     """Read inference log lines (Spring ECS/logstash/GELF in CRI, Fluent Bit, Vector, Filebeat or
     OTLP envelopes; plain or .gz; - for stdin), store each line that carries a transaction id once
     (a transaction scored again differently is flagged as a conflict), quarantine the rest with a
@@ -62,8 +68,9 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         zone(settings.ingest_default_tz, "--default-tz" if default_tz is not None else "DRAUDIT_INGEST_DEFAULT_TZ")
     aliases = AliasTable.from_file(aliases_path) if aliases_path else None
     _engine, sessions = open_store(settings)
-    if cluster is None and "DRAUDIT_CLUSTER" not in os.environ:
-        _refuse_implicit_cluster(sessions, settings.cluster)
+    if not allow_unwatched_cluster:
+        _refuse_unwatched_cluster(sessions, settings.cluster,
+                                  implicit=cluster is None and "DRAUDIT_CLUSTER" not in os.environ)
     run = IngestRun(sessions, settings, forced_format=fmt, aliases=aliases)
     reals = {p: _real(p) for p in paths}  # resolved once: grouping, order, streams, continuation
     paths = _read_once(paths, reals)
@@ -134,21 +141,33 @@ def ingest_cmd(paths: tuple[str, ...], fmt: str, cluster: str | None, aliases_pa
         sys.exit(1)
 
 
-def _refuse_implicit_cluster(sessions, cluster: str) -> None:
-    """Refuse to stamp the default cluster name, which nobody chose, on records for a store whose
-    watcher recorded other clusters only: they could never be attributed (``unknown-cluster``) and,
-    the store being append-only, would stay. An explicit ``--cluster`` (or ``DRAUDIT_CLUSTER``) not
-    yet watched is allowed (the watcher may record it later) and warned about after the run.
+def _refuse_unwatched_cluster(sessions, cluster: str, *, implicit: bool) -> None:
+    """Refuse to stamp a cluster name the store's watcher never recorded, when it recorded others, on
+    records before anything is stored: they could not be attributed (``unknown-cluster``) and, the
+    store being append-only, would stay — the default name, which nobody chose (``implicit``), or a
+    typo (``bank-eu-inference-l``). A cluster the watcher will record later is stored with
+    ``--allow-unwatched-cluster`` (and warned about after the run).
 
     Raises:
-        UserError: (exit 2) naming the watched clusters and the flag to give.
+        UserError: (exit 2) naming the watched clusters, the closest one, and the flags to give.
     """
     watched = _unwatched_cluster(sessions, cluster)
-    if watched:
-        raise UserError(f"no --cluster given: this store's watcher recorded {', '.join(repr(w) for w in watched)}, not "
-                        f"{cluster!r} (the default); records stored under it could never be attributed and would stay "
-                        "(the store is append-only) — give --cluster NAME (or DRAUDIT_CLUSTER) naming the cluster the "
-                        f"logs come from, or --cluster {cluster} to store them under the default anyway")
+    if not watched:
+        return
+    names = ", ".join(repr(w) for w in watched)
+    if implicit:
+        raise UserError(f"no --cluster given: this store's watcher recorded {names}, not {cluster!r} (the default); "
+                        "records stored under it could never be attributed and would stay (the store is append-only) "
+                        "— give --cluster NAME (or DRAUDIT_CLUSTER) naming the cluster the logs come from, or "
+                        f"--cluster {cluster} --allow-unwatched-cluster to store them under the default anyway")
+    import difflib
+
+    close = difflib.get_close_matches(cluster, watched, n=1, cutoff=0.8)
+    raise UserError(f"--cluster {cluster!r}: this store's watcher recorded {names}, not it"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + "; records stored under it could not be attributed until the watcher records it, and would stay "
+                    "(the store is append-only) — check the name, or give --allow-unwatched-cluster for a cluster the "
+                    "watcher will record later")
 
 
 def _unwatched_cluster(sessions, cluster: str) -> list[str] | None:

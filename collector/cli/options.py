@@ -87,7 +87,9 @@ def require_existing_sqlite_file(url: str) -> None:
     if not parsed.drivername.startswith("sqlite") or not path or path == ":memory:" or path.startswith("file:"):
         return
     if not Path(path).exists():
-        raise UserError(f"database file {path} does not exist; create the store with `draudit db upgrade --database-url {url}`")
+        raise UserError(f"database file {path} does not exist; give the store's URL with --database-url (or "
+                        f"DRAUDIT_DATABASE_URL), e.g. the one `draudit run` or `draudit demo` uses; to create a new, "
+                        f"empty store instead: `draudit db upgrade --database-url {url}`")
 
 
 def echo_json(value: Any) -> None:

@@ -37,7 +37,9 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
     if reason:
         filters.append(Quarantine.reason.startswith(reason, autoescape=True))
     if source:
-        filters.append(Quarantine.source == source)
+        # a file named as `draudit ingest` was given it (relative to here): the absolute path it recorded
+        sources = {source} | ({_recorded_source(source)} if source not in ("stdin", "-") else {"stdin"})
+        filters.append(Quarantine.source.in_(sorted(sources)))
     if run_id:
         filters.append(Quarantine.run_id == run_id)
     for f in filters:
@@ -50,11 +52,15 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
                  "raw_text": r.raw_text} for r in rows]
         # the reasons of the lines the other filters select (a --source or --run that matches nothing lists none)
         stored_reasons = _reason_slugs(session, filters[1:]) if reason and not total else None
+        near = _sources_like(session, source) if source and not total else None
     if stored_reasons is not None:  # a reason that matches nothing: a typo, or a slug of another release
         scope = " selected by --source/--run" if len(filters) > 1 else ""
         click.echo(f"draudit: no quarantined line{scope} has a reason starting {reason!r}; their reasons: "
                    + (", ".join(f"{slug} ({n})" for slug, n in stored_reasons)
                       or "none (--source/--run match no line)"), err=True)
+    if near:  # a source that matches nothing: a file name without its directory, a path from elsewhere
+        click.echo(f"draudit: no quarantined line has source {source!r}; sources of that name: "
+                   + ", ".join(near) + " (give one of them to --source)", err=True)
     if output == "json":
         echo_json({"total": total, "shown": len(docs), "lines": docs})
         return
@@ -67,6 +73,27 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
         click.echo(f"{d['received_at']}  {where}\n  reason: {d['reason']}\n  line:   {text!r}")
     if total > len(docs):
         click.echo(f"({len(docs)} of {total} shown, the newest; --limit shows more, --output json gives whole lines)")
+
+
+def _recorded_source(path: str) -> str:
+    """The source ``draudit ingest`` records for ``path`` (its absolute path: ``cli.ingest._source``)."""
+    from collector.cli.ingest import _source
+
+    return _source(path)
+
+
+def _sources_like(session, given: str, most: int = 5) -> list[str]:
+    """Up to ``most`` stored sources whose last path component is that of ``given``, sorted."""
+    import posixpath
+
+    from sqlalchemy import select
+
+    from collector.store.models import Quarantine
+
+    name = posixpath.basename(given.rstrip("/")) or given
+    q = (select(Quarantine.source).where(Quarantine.source.endswith("/" + name, autoescape=True) | (Quarantine.source == name))
+         .distinct().order_by(Quarantine.source).limit(most))
+    return list(session.execute(q).scalars())
 
 
 def _reason_slugs(session, filters: list) -> list[tuple[str, int]]:

@@ -212,7 +212,7 @@ def _statement_lines(statement: dict, status: str) -> list[str]:
         f"  ledger anchor{tag}: " + (missing if anchor is None else
                                      f"entry {anchor['seq']}, entry_hash {anchor['entry_hash']}"
                                      + (f" (the operator shows the store still holds it: `draudit ledger verify "
-                                        f"--anchor {anchor['seq']}:{anchor['entry_hash']}`)"
+                                        f"--anchor {anchor['seq']}:{anchor['entry_hash']} --database-url <the store's URL>`)"
                                         if status == "verified" else "")),
     ]
 
