@@ -189,7 +189,8 @@ def test_an_evaluation_of_another_cluster_leaves_the_scoped_cluster_not_evaluate
     assert _pack_warnings(both) == [
         "policy evaluations covered only part of the period: cluster prod-eu-1 not at all, not evaluated "
         "[2026-11-29T00:00:00Z, 2026-11-30T00:00:00Z) (section 8, data/policy_coverage.csv); run `draudit policy eval "
-        "--from … --to …` over those stretches and render the pack again"]
+        "--from … --to …` over those stretches — with the bundle that evaluated the rest (`--bundle DIR`; its "
+        "revision is in section 8) — and render the pack again"]
 
 
 def test_an_evaluation_beyond_the_period_is_clipped_and_one_cannot_cover_time_after_it_ran(sessions, tmp_path,
@@ -242,7 +243,8 @@ def test_the_report_command_warns_when_the_policies_covered_part_of_the_period(s
     assert _pack_warnings(pack) == [
         "policy evaluations covered only part of the period: cluster prod-eu-1 75.0 % of it, not evaluated "
         "[2026-11-29T06:00:00Z, 2026-11-29T12:00:00Z) (section 8, data/policy_coverage.csv); run `draudit policy eval "
-        "--from … --to …` over those stretches and render the pack again"]
+        "--from … --to …` over those stretches — with the bundle that evaluated the rest (`--bundle DIR`; its "
+        "revision is in section 8) — and render the pack again"]
     evaluate(sessions, CLUSTER, 30, 36)  # the stretch evaluated: nothing to warn about
     assert _pack_warnings(render(sessions, tmp_path, "whole", bundle_dir=bundle)) == []
 

@@ -119,7 +119,8 @@ def _pack_warnings(result, scope_never_recorded: bool = False) -> list[str]:
         covered = f"{share_text(low.share)} of it" if low.share > 0 else "not at all"  # another cluster was evaluated
         warnings.append(f"policy evaluations covered only part of the period: {low.where()} {covered}, "
                         f"not evaluated {stretches} (section 8, data/policy_coverage.csv); run `draudit policy eval "
-                        "--from … --to …` over those stretches and render the pack again")
+                        "--from … --to …` over those stretches — with the bundle that evaluated the rest (`--bundle DIR`; its "
+                        "revision is in section 8) — and render the pack again")
     if result.not_attributed:
         warnings.append(f"{result.not_attributed} transaction(s) of the period are not attributed yet (shown as "
                         "not-attributed-yet); run `draudit attribute` and render the pack again")
