@@ -81,7 +81,10 @@ Per record at ``t = event_time_ns`` (design.md "Attribution", dra-api.md §5.2):
    candidate of its own: the scheduler allocates from a published slice, so it is a lag or a
    deletion, and the records around it are the candidates; when the record as allocated is none
    (deleted just before the claim's first sighting), a window candidate gives the device.
-   No device record with a GPU identity in that window: ``no-device-record``.
+   No device record with a GPU identity in that window: ``no-device-record`` — also when the
+   records say no device of the claim is a GPU (a NIC-only claim: the projection gives a device
+   that is not a GPU no identity, ``collector.kube.projections.is_gpu_device``); such a device
+   beside a GPU (a claim for a GPU and a NIC) is no candidate, the GPU is the one.
 6. **status** — ``exact`` when exactly one physical GPU results, every served result has a device
    record and no transition used (pod state, claim ref, episode and consumer interval bounds,
    coverage gap edges; not a device record's: it is fixed for its episode) lies within ``clock_skew_s`` of an instant the record may mean —

@@ -320,6 +320,24 @@ class SliceFacts:
 
 
 _PHYSICAL_FROM_UUID = ("gpu", "vfio")  # a full GPU (or one passed through): the device is the GPU
+GPU_DEVICE_TYPES = ("gpu", "mig", "vfio")  # the NVIDIA GPU driver's device types (dra-api.md §6.1, §6.3)
+
+
+def is_gpu_driver(driver: str) -> bool:
+    """Whether a DRA driver name is a GPU driver's: its first DNS label is ``gpu`` (``gpu.nvidia.com``,
+    the dra-example-driver's ``gpu.example.com``, ``gpu.amd.com``, ``gpu.intel.com``: the DRA GPU
+    drivers' naming convention; not ``compute-domain.nvidia.com``, nor a NIC driver's)."""
+    return driver.split(".", 1)[0] == "gpu"
+
+
+def is_gpu_device(device_type: str | None, driver: str) -> bool:
+    """Whether a published device is (part of) a GPU, so that its ``uuid``/``parentUUID`` name a
+    physical GPU: its ``type`` is one of the NVIDIA driver's GPU types (``gpu``, ``mig``, ``vfio``,
+    dra-api.md §6.1), or its driver is a GPU driver (``is_gpu_driver``: also the drivers that
+    publish no ``type``, or types of their own). Any other device (a NIC driver's, with a ``uuid`` of
+    its own; a compute domain's ``daemon``/``channel``) is not a GPU. ``migrations/versions/0004``
+    states the same rule in SQL for rows projected before it."""
+    return device_type in GPU_DEVICE_TYPES or is_gpu_driver(driver)
 
 
 def device_columns(device: Mapping[str, Any], driver: str, slice_name: str, generation: int,
@@ -330,6 +348,12 @@ def device_columns(device: Mapping[str, Any], driver: str, slice_name: str, gene
     ``parentUUID``, ``profile``, ``productName``, ``driverVersion``; ``memory`` capacity in bytes.
     ``physical_gpu_uuid`` is ``uuid`` for type gpu/vfio and ``parentUUID`` for type mig (also
     dynamic MIG, which has no uuid). Source: dra-api.md §6.3.
+
+    A device that is not a GPU (``is_gpu_device``: a NIC driver's ``nic-0`` with a ``uuid`` of its
+    own) gets no ``uuid``, ``parent_uuid`` nor ``physical_gpu_uuid`` (they stay in ``attributes``):
+    the GPU identity every reader takes, ``coalesce(physical_gpu_uuid, parent_uuid, uuid)``
+    (``device_states.gpu_uuid``), is then NULL, so attribution, co-tenants, policies and packs do
+    not take it for a GPU.
     """
     where = f"ResourceSlice {slice_name} device {device.get('name')}"
 
@@ -338,7 +362,10 @@ def device_columns(device: Mapping[str, Any], driver: str, slice_name: str, gene
         return None if value is None or isinstance(value, (list, dict)) else str(value)
 
     device_type = text("type")
-    uuid, parent_uuid = text("uuid"), text("parentUUID")
+    if is_gpu_device(device_type, driver):
+        uuid, parent_uuid = text("uuid"), text("parentUUID")
+    else:
+        uuid = parent_uuid = None
     physical = uuid if device_type in _PHYSICAL_FROM_UUID else parent_uuid if device_type == "mig" else None
     try:
         memory = device_capacity_bytes(device, "memory", driver)

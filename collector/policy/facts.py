@@ -59,7 +59,10 @@ Rules of the facts (sources: dra-api.md §2.3, §5.2, §6.3, §6.5):
   attribution resolves it: ``collector.lineage``), else the first one published during the
   allocation. Its physical
   GPU is ``physical_gpu_uuid`` (a MIG device's ``parent_uuid``); without a record the device
-  key ``cluster/driver/pool/device`` stands in, so same-device overlaps are still found.
+  key ``cluster/driver/pool/device`` stands in, so same-device overlaps are still found. A
+  device whose record says it is no GPU (``collector.kube.projections.is_gpu_device``: a NIC
+  driver's device, with a ``uuid`` of its own) has no physical GPU (null) and takes part in no
+  overlap or handover; its allocations are still in ``allocation_groups``.
 - ``adminAccess`` results are monitoring access, not "served by": they take no part in overlaps
   or handovers (the adminAccess rule sees them in ``allocation_groups``).
 - Results of one claim allocation (episode) never pair with each other: pods sharing one claim
@@ -103,6 +106,7 @@ CREATE TEMPORARY TABLE {_TEMP} (
     physical_gpu_uuid VARCHAR(128),
     is_mig INTEGER NOT NULL,
     allow_multiple INTEGER NOT NULL,
+    non_gpu INTEGER NOT NULL,
     gpu_key VARCHAR(1100) NOT NULL,
     device_key VARCHAR(1100) NOT NULL,
     from_ns BIGINT NOT NULL,
@@ -123,6 +127,12 @@ CREATE TEMPORARY TABLE {_TEMP}_episodes (
 )
 """
 
+# A device record that is not a GPU (collector.kube.projections.is_gpu_device: not type
+# gpu/mig/vfio, and a driver whose first DNS label is not "gpu", e.g. a NIC driver's device with a
+# uuid of its own): it takes part in no overlap or handover (no GPU is shared or handed over).
+NOT_GPU = ("COALESCE(ds.device_type, '') NOT IN ('gpu', 'mig', 'vfio') "
+           "AND ds.driver <> 'gpu' AND ds.driver NOT LIKE 'gpu.%'")
+
 # One row per allocation result of an allocation episode overlapping [lookback_from, to), with
 # the device record resolved by a correlated lookup on ix_device_states_key.
 _FILL = f"""
@@ -132,6 +142,7 @@ SELECT b.id, b.episode_id, b.cluster, b.claim_uid, b.namespace, b.claim_name, b.
        COALESCE(ds.physical_gpu_uuid, ds.parent_uuid, ds.uuid),
        CASE WHEN ds.device_type = 'mig' OR ds.parent_uuid IS NOT NULL THEN 1 ELSE 0 END,
        CASE WHEN ds.allow_multiple_allocations THEN 1 ELSE 0 END,
+       CASE WHEN ds.id IS NOT NULL AND {NOT_GPU} THEN 1 ELSE 0 END,
        COALESCE(ds.physical_gpu_uuid, ds.parent_uuid, ds.uuid, b.device_key),
        b.device_key, b.from_ns, b.to_ns,
        CASE WHEN b.from_ns < :period_to AND b.to_ns > :period_from THEN 1 ELSE 0 END
@@ -173,7 +184,7 @@ WITH ordered AS (
     SELECT id, gpu_key, from_ns,
            MAX(to_ns) OVER (PARTITION BY gpu_key ORDER BY from_ns, id
                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-      FROM {_TEMP} WHERE admin_access = 0
+      FROM {_TEMP} WHERE admin_access = 0 AND non_gpu = 0
 ), later AS (
     SELECT t.* FROM ordered o JOIN {_TEMP} t ON t.id = o.id WHERE o.prev_end > o.from_ns
 )
@@ -182,7 +193,7 @@ SELECT a.id, b.id, b.from_ns, CASE WHEN a.to_ns < b.to_ns THEN a.to_ns ELSE b.to
   FROM later b CROSS JOIN {_TEMP} a
  WHERE a.gpu_key = b.gpu_key AND a.from_ns <= b.from_ns AND a.to_ns > b.from_ns
    AND (a.from_ns < b.from_ns OR a.id < b.id)
-   AND a.admin_access = 0 AND a.episode_id <> b.episode_id
+   AND a.admin_access = 0 AND a.non_gpu = 0 AND a.episode_id <> b.episode_id
    AND (a.device_key = b.device_key OR a.namespace <> b.namespace)
    AND b.from_ns < :period_to AND a.to_ns > :period_from AND b.to_ns > :period_from
  ORDER BY a.id, b.id
@@ -196,14 +207,14 @@ SELECT a.id, b.id, b.from_ns, CASE WHEN a.to_ns < b.to_ns THEN a.to_ns ELSE b.to
 _HANDOVERS = f"""
 WITH lanes AS (
     SELECT t.gpu_key AS lane, t.id, t.from_ns, t.to_ns, t.namespace, t.is_mig, 1 AS gpu_lane
-      FROM {_TEMP} t WHERE t.admin_access = 0
+      FROM {_TEMP} t WHERE t.admin_access = 0 AND t.non_gpu = 0
     UNION ALL
     SELECT t.device_key, t.id, t.from_ns, t.to_ns, t.namespace, t.is_mig, 0
-      FROM {_TEMP} t WHERE t.admin_access = 0 AND t.is_mig = 1
+      FROM {_TEMP} t WHERE t.admin_access = 0 AND t.non_gpu = 0 AND t.is_mig = 1
     UNION ALL
     SELECT m.device_key, t.id, t.from_ns, t.to_ns, t.namespace, t.is_mig, 0
-      FROM (SELECT DISTINCT gpu_key, device_key FROM {_TEMP} WHERE is_mig = 1 AND admin_access = 0) m
-      JOIN {_TEMP} t ON t.gpu_key = m.gpu_key AND t.is_mig = 0 AND t.admin_access = 0
+      FROM (SELECT DISTINCT gpu_key, device_key FROM {_TEMP} WHERE is_mig = 1 AND admin_access = 0 AND non_gpu = 0) m
+      JOIN {_TEMP} t ON t.gpu_key = m.gpu_key AND t.is_mig = 0 AND t.admin_access = 0 AND t.non_gpu = 0
 ), seq AS (
     SELECT lane, id, from_ns, namespace, is_mig, gpu_lane,
            MAX(to_ns) OVER w AS released,

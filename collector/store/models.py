@@ -320,7 +320,9 @@ class DeviceState(Base):
     """A device published in a ResourceSlice, with its attributes, over an interval.
 
     Identity in the cluster is (driver, pool, device); the physical GPU is ``uuid`` for a full GPU
-    and ``parent_uuid`` for a MIG device (dra-api.md §6.3).
+    and ``parent_uuid`` for a MIG device (dra-api.md §6.3). A device that is not a GPU (a NIC
+    driver's, ``collector.kube.projections.is_gpu_device``) has neither (its ``uuid`` attribute
+    stays in ``attributes``), so its ``gpu_uuid`` is NULL.
     """
 
     __tablename__ = "device_states"
