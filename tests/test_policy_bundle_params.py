@@ -19,11 +19,9 @@ from sqlalchemy import func, select
 
 from collector.cli import cli
 from collector.policy.bundle import PARAMS, BundleError, load_bundle
-from collector.store import migrate
-from collector.store.db import make_engine, make_session_factory
 from collector.store.models import Finding
 from collector.timeutil import ns_to_rfc3339
-from test_policy_support import DAY, EXPECTED_RULES, plant_history
+from test_policy_support import DAY, EXPECTED_RULES, planted_sqlite_store
 
 BUNDLE_DIR = Path(__file__).resolve().parent.parent / "policies"
 SHIPPED_PARAMS = json.loads((BUNDLE_DIR / "data.json").read_text())["draudit"]["params"]
@@ -50,12 +48,7 @@ def _without(key: str, **extra) -> dict:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A SQLite store with the planted day: one instance of every problem, cross-tenant sharing included."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('bundle-params') / 'draudit.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    sessions = make_session_factory(engine)
-    with sessions.begin() as s:
-        plant_history(s)
+    url, sessions, engine = planted_sqlite_store(tmp_path_factory.mktemp("bundle-params"))
     yield url, sessions
     engine.dispose()
 

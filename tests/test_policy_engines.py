@@ -20,10 +20,8 @@ from collector.policy.bundle import BundleError, load_bundle
 from collector.policy.engines import OpaServerEngine, RegorusEngine
 from collector.policy.facts import build_facts
 from collector.policy.findings import evaluate_period
-from collector.store import migrate
-from collector.store.db import make_engine, make_session_factory
 from collector.timeutil import ns_to_rfc3339
-from test_policy_support import DAY, EXPECTED_RULES, plant_history
+from test_policy_support import DAY, EXPECTED_RULES, planted_sqlite_store
 
 BUNDLE_DIR = Path(__file__).resolve().parent.parent / "policies"
 
@@ -45,12 +43,7 @@ def bundle():
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """A SQLite store holding the planted history (engine behaviour does not depend on the backend)."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('policy-engines') / 'draudit.db'}"
-    engine = make_engine(url)
-    migrate.upgrade(engine)
-    sessions = make_session_factory(engine)
-    with sessions.begin() as s:
-        plant_history(s)
+    url, sessions, engine = planted_sqlite_store(tmp_path_factory.mktemp("policy-engines"))
     yield url, sessions
     engine.dispose()
 

@@ -218,3 +218,18 @@ EXPECTED_RULES = {
     "attribution/unattributed-transaction": 3,
     "coverage/observation-gap": 1,
 }
+
+
+def planted_sqlite_store(directory):
+    """``(url, sessions, engine)`` of a migrated SQLite store in ``directory`` holding ``plant_history``
+    (for module-scoped fixtures: engine behaviour does not depend on the backend); dispose the engine."""
+    from collector.store import migrate
+    from collector.store.db import make_engine, make_session_factory
+
+    url = f"sqlite:///{directory / 'draudit.db'}"
+    engine = make_engine(url)
+    migrate.upgrade(engine)
+    sessions = make_session_factory(engine)
+    with sessions.begin() as s:
+        plant_history(s)
+    return url, sessions, engine

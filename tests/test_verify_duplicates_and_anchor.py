@@ -10,7 +10,6 @@ import json
 import tarfile
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -21,20 +20,7 @@ from collector.store import ledger
 from collector.store.models import LedgerEntry, LedgerHead
 from reports.render import PackRequest, render_pack
 from reports.verify import verify_pack
-from tests.test_report import CLUSTER, PERIOD_FROM, PERIOD_TO, TENANTS, fill_store, render
-
-
-@pytest.fixture
-def bundle(tmp_path) -> Path:
-    d = tmp_path / "bundle"
-    d.mkdir()
-    (d / "data.json").write_text(json.dumps({"namespace_tenants": TENANTS}))
-    return d
-
-
-@pytest.fixture
-def key() -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.generate()
+from tests.test_report import CLUSTER, PERIOD_FROM, PERIOD_TO, bundle, fill_store, key, render  # noqa: F401 (fixtures)
 
 
 def public_key_file(key: Ed25519PrivateKey, path: Path) -> Path:
