@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from collector import __version__
 from collector.errors import UserError
+from collector.kube.projections import is_gpu_device
 from collector.policy.period import future_end_error
 from collector.store import ledger
 from collector.store.canonical import canonical_json, sha256_hex
@@ -82,7 +83,8 @@ STATUS_MEANINGS = {
     "no-pod": "no pod matched the transaction's pod reference at that time",
     "no-claim": "the pod had no claim for the transaction's container at that time",
     "no-allocation": "the claim was not allocated at that time",
-    "no-device-record": "no ResourceSlice published the allocated device at that time",
+    "no-device-record": "no ResourceSlice record of a GPU among the allocated devices within the tolerance of the "
+                        "allocation (none published, published late, or none of them a GPU: a NIC)",
     "pod-identity-conflict": "the record's pod uid belongs to a pod whose namespace, name or node at that time is "
                              "not the one the record names: the record contradicts itself, no device is stated",
     "unknown-cluster": "the record names a cluster this store holds no watch history of (re-evaluated once the "
@@ -309,7 +311,8 @@ class _Collector:
     def episode_row(self, r) -> None:
         d = dict(zip(pop.EPISODE_COLUMNS, r))
         stop = self.stops.get(d["cluster"]) if d["valid_to_ns"] is None else None
-        self.bars.append(self.bar(d))
+        if is_gpu_device(d["device_type"], d["driver"]):  # a NIC's allocations share no GPU: no lane, no bar
+            self.bars.append(self.bar(d))
         self.facts.add_allocation(Allocation(
             d["allocation_result_id"], d["episode_id"], d["claim_namespace"], d["claim_name"],
             f"{d['driver']}/{d['pool']}/{d['device']}", d["physical_gpu_uuid"], d["node_name"], d["mig_profile"],
@@ -860,7 +863,8 @@ def _sharing(session: Session, scope: pop.Scope, col: _Collector) -> tuple[list,
     """
     if not scope.namespaces:
         return sharing_segments(col.bars, scope.from_ns, scope.to_ns), []
-    others = [col.bar(dict(zip(pop.EPISODE_COLUMNS, row))) for row in pop.episodes_beside_scope(session, scope)]
+    others = [col.bar(d) for d in (dict(zip(pop.EPISODE_COLUMNS, row)) for row in pop.episodes_beside_scope(session, scope))
+              if is_gpu_device(d["device_type"], d["driver"])]
     scoped = set(scope.namespaces)
     kept = [s for s in sharing_segments(col.bars + others, scope.from_ns, scope.to_ns)
             if any(claim.split("/", 1)[0] in scoped for claim in s.claims)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 from sqlalchemy import select, text, update
 
 from collector.kube.projections import device_columns, is_gpu_device
@@ -177,10 +176,6 @@ def test_the_migration_clears_the_gpu_identity_of_non_gpu_devices_projected_befo
     assert got == {nic: (None, None, None), untyped: ("gpu-18db0e85", None, "gpu-18db0e85"), typed: (GPU, GPU, GPU)}
 
 
-@pytest.mark.xfail(strict=True, reason="reports/render.py (not this change's file) draws an allocation whose device "
-                   "record has no GPU identity as an 'unresolved:<device>' GPU lane, so two claims on the NIC are a "
-                   "sharing interval in sharing.json; the bar should be left out when the record exists "
-                   "(device_type/driver not a GPU: collector.kube.projections.is_gpu_device)")
 def test_a_shared_nic_is_no_gpu_sharing_in_the_pack(sessions, tmp_path):
     from tests.test_policy_support import H, History, at
 
