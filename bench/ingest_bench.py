@@ -40,7 +40,11 @@ the run stored into the same tables — its records, quarantine rows and ledger 
 hashes as the run left them (read from a first, untimed pipeline run) — the issue's "same rows into
 the same tables with the same indexes".
 
-Last measured (2 vCPUs, 2026-12-01 03:10, PostgreSQL 15, machine otherwise quiet; README's performance table keeps
+Last measured (2 vCPUs, 2026-12-01 06:27, quiet): 1 M lines, one run each: PostgreSQL 17.8 k lines/s = 0.65x
+executemany, 0.29x COPY (61.9 k rows/s), 0.45x all rows; CPU per line client 23 + parse workers 59 + server 23 µs.
+SQLite 17.6 k lines/s = 0.68x executemany, 0.81x all rows.
+
+Before (2 vCPUs, 2026-12-01 03:10, PostgreSQL 15, machine otherwise quiet; README's performance table keeps
 the history): 1 M lines, one run: PostgreSQL 16.4 k lines/s = 0.77x executemany, 0.36x COPY (45.6 k rows/s), 0.47x
 all rows (34.6 k rows/s); CPU per line: client 22 + parse workers 68 + server 26 µs; ``--parsed-beforehand`` (every
 line parsed before timing): 19.6 k lines/s = 0.43x COPY, 0.57x all rows — the writer's serial path with the server
