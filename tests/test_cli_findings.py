@@ -204,6 +204,30 @@ def test_policy_eval_of_a_cluster_never_recorded_is_refused_and_stores_nothing(s
         assert s.scalar(select(func.count()).select_from(PolicyEvaluation)) == before
 
 
+def test_policy_eval_of_a_cluster_known_only_from_ingested_records_is_refused(store, sessions, tmp_path):
+    """A final breaker's finding: records ingested with --allow-unwatched-cluster made a cluster
+    "recorded", so `policy eval` stored an evaluation of nothing for it, and its pack showed the
+    policies covering the whole period."""
+    from sqlalchemy import func, select
+
+    from collector.store.models import PolicyEvaluation
+
+    line = tmp_path / "one.jsonl"
+    line.write_text('{"@timestamp":"2026-11-29T10:00:00Z","txn_id":"T-FUTURE-1","decision":"APPROVE"}\n')
+    ingested = _run("ingest", str(line), "--cluster", "future-x", "--allow-unwatched-cluster", "--database-url", store)
+    assert ingested.exit_code == 0, ingested.output
+    with sessions() as s:
+        before = s.scalar(select(func.count()).select_from(PolicyEvaluation))
+    res = _run("policy", "eval", "--from", ns_to_rfc3339(DAY[0]), "--to", ns_to_rfc3339(DAY[1]), "--cluster", "future-x",
+               "--database-url", store)
+    assert res.exit_code == 2
+    assert res.output == (f"draudit: error: cluster future-x has no watch history in this store (watched: prod-eu-1, {US}), "
+                          "only ingested records: its allocations cannot be evaluated; no evaluation is stored — an "
+                          "evaluation of nothing would count in packs as the policies covering the period\n")
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(PolicyEvaluation)) == before
+
+
 def test_an_empty_store_lists_nothing_and_exits_0(database_url, sessions):
     res = _run("findings", "--database-url", database_url)
     assert res.exit_code == 0

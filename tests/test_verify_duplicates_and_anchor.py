@@ -213,5 +213,9 @@ def test_ledger_verify_checks_a_packs_anchor_and_fails_on_a_tail_cut_past_it(ses
     # input mistakes are usage errors
     res = runner.invoke(cli, base + ["--anchor", f"{seq}-{entry_hash}"])
     assert res.exit_code == 2 and "expected SEQ:HASH" in res.output
+    # a final breaker's finding: beyond 64 bits, an OverflowError traceback; non-ASCII digits accepted
+    for bad in (f"{2**63}:{entry_hash}", f"\u0662\u0667:{entry_hash}"):
+        res = runner.invoke(cli, base + ["--anchor", bad])
+        assert res.exit_code == 2 and "expected SEQ:HASH" in res.output and "Traceback" not in res.output
     res = runner.invoke(cli, base + ["--public-key", str(pub)])
     assert res.exit_code == 2 and "give --pack" in res.output

@@ -150,6 +150,25 @@ def test_1e_changes_made_while_requests_failed_are_a_coverage_gap(srv, sessions,
     wait_until(lambda: w.readiness().ready, what="ready again after the gap")
 
 
+def test_1g_a_stop_during_a_short_outage_ends_the_coverage_at_the_last_contact(srv, sessions, watcher_factory):
+    """A final breaker's finding: stopped 2 s into a 503 outage (under the 10 s after which the API
+    server counts as unreachable), the run's "synced" coverage reached the stop, over a claim created
+    during the outage that it never saw. It ends at the last contact now."""
+    w = watcher_factory()
+    _synced(w)
+    srv.add_fault(Fault(kind="ResourceClaim", verb="any", count=100_000, action="status", code=503))
+    srv.close_watches("ResourceClaim")
+    time.sleep(0.5)
+    made = time.time_ns()
+    srv.apply(claim("during"))
+    time.sleep(2.0)
+    w.stop(timeout_s=5)
+    with sessions() as s:
+        synced = s.execute(select(CoverageInterval).where(CoverageInterval.kind == "ResourceClaim",
+                                                          CoverageInterval.state == "synced")).scalars().all()
+    assert synced and all(i.ended_ns is not None and i.ended_ns <= made for i in synced)
+
+
 def test_1f_an_outage_during_which_nothing_changed_is_no_gap(srv, sessions, watcher_factory):
     w = watcher_factory()
     _synced(w)

@@ -190,7 +190,7 @@ def _anchors_to_check(anchors: tuple[str, ...], packs: tuple[Path, ...], public_
     out: list[_Anchor] = []
     for value in anchors:
         m = _ANCHOR.fullmatch(value.strip())
-        if m is None:
+        if m is None or not m.group(1).isascii() or int(m.group(1)) >= 2**63:  # ledger.seq is a signed 64-bit integer
             raise UserError(f"--anchor {value}: expected SEQ:HASH, the ledger entry number and its 64-hex entry_hash "
                             "(as `draudit verify` prints a pack's ledger anchor)")
         out.append(_Anchor(int(m.group(1)), m.group(2).lower(), "--anchor"))

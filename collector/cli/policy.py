@@ -131,7 +131,7 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     from collector.policy.engines import make_policy_engine
     from collector.policy.findings import evaluate_period, seen_until_ns
     from collector.policy.period import future_end_error
-    from reports.scope_names import never_recorded
+    from reports.scope_names import known_clusters, never_recorded
 
     settings = settings_from(database_url=database_url, opa_url=opa_url, policy_bundle=bundle_dir)
     now = utcnow()
@@ -157,6 +157,13 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
             raise UserError(unknown.warning("nothing of it can be evaluated; no evaluation is stored — an evaluation "
                                             "of nothing would count in packs as the policies covering the period")
                             .removeprefix("warning: "))
+        with sessions() as session:
+            watched = known_clusters(session)
+        if cluster not in watched:  # only ingested records name it (ingest --allow-unwatched-cluster): as above
+            raise UserError(f"cluster {cluster} has no watch history in this store (watched: "
+                            f"{', '.join(watched) or 'none'}), only ingested records: its allocations cannot be "
+                            "evaluated; no evaluation is stored — an evaluation of nothing would count in packs as "
+                            "the policies covering the period")
     result = evaluate_period(sessions, bundle, engine, dt_to_ns(start), dt_to_ns(end), cluster)
     for name, last in sorted(result.unobserved.items()):  # "0 findings" there means "not observed", not "clean"
         click.echo(f"note: cluster {name} was not observed in this period: its ResourceClaims were last observed at "

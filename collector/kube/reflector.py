@@ -512,6 +512,16 @@ class Reflector:
             return None
         return self.disconnected_since_ns
 
+    def observed_until_ns(self, at_ns: int) -> int | None:
+        """Until when this kind is known observed, for a stop at ``at_ns``; None: until ``at_ns``.
+        Requests failing (or the stream found silent) since the last contact, with the resumed
+        watch not yet showing whether changes were held back (``_after_silence``): that contact,
+        whatever the outage's length — a change the server made meanwhile was never seen (a final
+        breaker's finding: a stop 2 s into a 503 outage left a claim created in it inside
+        "synced" coverage). Else ``unreachable_since_ns``."""
+        since = self._silent_since_ns
+        return since if since is not None else self.unreachable_since_ns(at_ns)
+
     def _on_failure(self, exc: Exception) -> None:
         retry_after = None
         if isinstance(exc, ApiException) and exc.status == 429:
