@@ -279,15 +279,11 @@ def run_demo(out_dir: Path, *, duration_s: float = 30.0, n_transactions: int = 3
 
 
 def _quarantine_reasons(session) -> dict[str, int]:
-    """Quarantined ingest lines by reason slug (the text before the reason's colon), most first."""
+    """Quarantined ingest lines by reason slug, most first (``writer.quarantine_reason_slugs``)."""
+    from collector.ingest.writer import quarantine_reason_slugs
     from collector.store.models import Quarantine
 
-    counts: dict[str, int] = {}
-    for reason, n in session.execute(select(Quarantine.reason, func.count()).where(Quarantine.stage == "ingest")
-                                     .group_by(Quarantine.reason)).all():
-        slug = reason.split(":", 1)[0]
-        counts[slug] = counts.get(slug, 0) + int(n)
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return dict(quarantine_reason_slugs(session, Quarantine.stage == "ingest"))
 
 
 def _suggested_trace(session, ids: list[str]) -> str | None:

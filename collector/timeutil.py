@@ -87,10 +87,14 @@ def parse_rfc3339_ns(text: str) -> tuple[int, int]:
         sign = 1 if zone[0] == "+" else -1
         digits = zone[1:].replace(":", "")
         if int(digits[:2]) > 23 or int(digits[2:]) > 59:  # RFC 3339 §5.6: time-hour 00-23, time-minute 00-59
-            raise ValueError(f"timestamp {text!r}: zone offset {zone} is not a valid offset (at most ±23:59)")
+            raise BadZoneOffset(f"timestamp {text!r}: zone offset {zone} is not a valid offset (at most ±23:59)")
         offset_s = int(digits[:2]) * 3600 + int(digits[2:]) * 60
         ns -= sign * offset_s * NS_PER_S
     return ns, precision
+
+
+class BadZoneOffset(ValueError):
+    """An RFC 3339 zone offset beyond ±23:59 (``parse_rfc3339_ns``)."""
 
 
 # The instants the store can hold: integer nanoseconds in a signed 64-bit column.
@@ -107,15 +111,13 @@ def parse_cli_time(text: str) -> datetime:
     t = text.strip()
     try:
         if re.fullmatch(r"\d{4}-\d{2}-\d{2}", t):
-            value = datetime.fromisoformat(t).replace(tzinfo=timezone.utc)
-            ns = dt_to_ns(value)
+            ns = dt_to_ns(datetime.fromisoformat(t).replace(tzinfo=timezone.utc))
         else:
             ns = parse_rfc3339_ns(t)[0]
-            value = None
     except ValueError as exc:
         raise ValueError(f"{text!r}: use RFC 3339 with a zone (2026-11-29T10:00:00Z) or a date (2026-11-29)"
-                         + (f" ({exc})" if "zone offset" in str(exc) else "")) from exc
+                         + (f" ({exc})" if isinstance(exc, BadZoneOffset) else "")) from exc
     if not MIN_NS <= ns <= MAX_NS:
         raise ValueError(f"{text!r}: out of range; times are stored as 64-bit nanoseconds since 1970, "
                          "from 1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z")
-    return value if value is not None else ns_to_dt(ns)
+    return ns_to_dt(ns)

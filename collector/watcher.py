@@ -236,8 +236,8 @@ class Watcher:
             self._threads = [t for t in self._threads if not t.name.startswith("draudit-reflector-")]
             if self.recorder is not None:
                 at = now_ns()
-                unreachable = {r.spec.kind: r.observed_until_ns(at) for r in self.reflectors}
-                self.recorder.stop(timeout_s, {kind: t for kind, t in unreachable.items() if t is not None})
+                observed_until = {r.spec.kind: r.observed_until_ns(at) for r in self.reflectors}
+                self.recorder.stop(timeout_s, {kind: t for kind, t in observed_until.items() if t is not None})
             was_recording = self.recorder is not None
             self.recorder = None
             self.reflectors = []

@@ -84,7 +84,7 @@ def _print_summary(r) -> None:
     e(f"  ingest: {ing['read']} read ({ing['file_read']} file lines, {ing['otlp_records']} OTLP log records) = "
       f"{ing['stored']} stored + {ing['duplicates']} duplicates + {ing['quarantined']} quarantined; "
       f"{ing['pan_masked']} card number(s) masked")
-    reasons = getattr(r, "quarantine_reasons", None)
+    reasons = r.quarantine_reasons
     if reasons:
         e(f"  quarantined by reason: {', '.join(f'{k} {v}' for k, v in reasons.items())}")
     e("  findings:")

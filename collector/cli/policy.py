@@ -153,12 +153,11 @@ def policy_eval(from_: str | None, to: str | None, bundle_dir: Path | None, clus
     if cluster:  # a typo in --cluster would otherwise read as a clean "0 findings" (as `draudit report` warns)
         with sessions() as session:
             unknown = never_recorded(session, (cluster,), ())
+            watched = known_clusters(session)
         if unknown:  # refused: a stored evaluation of nothing would count as policy coverage in packs
             raise UserError(unknown.warning("nothing of it can be evaluated; no evaluation is stored — an evaluation "
                                             "of nothing would count in packs as the policies covering the period")
                             .removeprefix("warning: "))
-        with sessions() as session:
-            watched = known_clusters(session)
         if cluster not in watched:  # only ingested records name it (ingest --allow-unwatched-cluster): as above
             raise UserError(f"cluster {cluster} has no watch history in this store (watched: "
                             f"{', '.join(watched) or 'none'}), only ingested records: its allocations cannot be "

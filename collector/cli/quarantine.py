@@ -27,6 +27,8 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
     """
     from sqlalchemy import func, select
 
+    from collector.cli.ingest import _source
+    from collector.ingest.writer import quarantine_reason_slugs
     from collector.store.models import Quarantine
 
     settings = settings_from(database_url=database_url)
@@ -37,9 +39,8 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
     if reason:
         filters.append(Quarantine.reason.startswith(reason, autoescape=True))
     if source:
-        # a file named as `draudit ingest` was given it (relative to here): the absolute path it recorded
-        sources = {source} | ({_recorded_source(source)} if source not in ("stdin", "-") else {"stdin"})
-        filters.append(Quarantine.source.in_(sorted(sources)))
+        # also a file named as `draudit ingest` was given it (relative to here): the source it recorded
+        filters.append(Quarantine.source.in_(sorted({source, _source(source)})))
     if run_id:
         filters.append(Quarantine.run_id == run_id)
     for f in filters:
@@ -51,7 +52,7 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
                  "source": r.source, "position": r.position, "reason": r.reason, "raw_sha256": r.raw_sha256,
                  "raw_text": r.raw_text} for r in rows]
         # the reasons of the lines the other filters select (a --source or --run that matches nothing lists none)
-        stored_reasons = _reason_slugs(session, filters[1:]) if reason and not total else None
+        stored_reasons = quarantine_reason_slugs(session, *filters[1:]) if reason and not total else None
         near = _sources_like(session, source) if source and not total else None
     if stored_reasons is not None:  # a reason that matches nothing: a typo, or a slug of another release
         scope = " selected by --source/--run" if len(filters) > 1 else ""
@@ -75,13 +76,6 @@ def quarantine_cmd(reason: str | None, source: str | None, run_id: str | None, l
         click.echo(f"({len(docs)} of {total} shown, the newest; --limit shows more, --output json gives whole lines)")
 
 
-def _recorded_source(path: str) -> str:
-    """The source ``draudit ingest`` records for ``path`` (its absolute path: ``cli.ingest._source``)."""
-    from collector.cli.ingest import _source
-
-    return _source(path)
-
-
 def _sources_like(session, given: str, most: int = 5) -> list[str]:
     """Up to ``most`` stored sources whose last path component is that of ``given``, sorted."""
     import posixpath
@@ -94,22 +88,6 @@ def _sources_like(session, given: str, most: int = 5) -> list[str]:
     q = (select(Quarantine.source).where(Quarantine.source.endswith("/" + name, autoescape=True) | (Quarantine.source == name))
          .distinct().order_by(Quarantine.source).limit(most))
     return list(session.execute(q).scalars())
-
-
-def _reason_slugs(session, filters: list) -> list[tuple[str, int]]:
-    """``(slug, lines)`` of the reasons of the quarantined lines ``filters`` select, most lines first:
-    a reason's slug is its text up to the first colon (``missing-transaction-id: no field …`` →
-    ``missing-transaction-id``)."""
-    from sqlalchemy import func, select
-
-    from collector.store.models import Quarantine
-
-    slugs: dict[str, int] = {}
-    q = select(Quarantine.reason, func.count()).where(*filters).group_by(Quarantine.reason)
-    for text, n in session.execute(q):
-        slug = text.split(":", 1)[0]
-        slugs[slug] = slugs.get(slug, 0) + n
-    return sorted(slugs.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 commands = [quarantine_cmd]

@@ -32,7 +32,7 @@ from collector.errors import UserError
 from collector.ingest import metrics, parse_pool
 from collector.ingest.aliases import AliasTable
 from collector.ingest.parser import LineParser, Outcome
-from collector.ingest.writer import write_batch
+from collector.ingest.writer import reason_slug, write_batch
 from collector.settings import Settings
 
 DEFAULT_BATCH_SIZE = 2000
@@ -323,7 +323,7 @@ class IngestRun:
         for o in outcomes:
             self.counts.read += 1
             if o.reason:
-                self.counts.reasons[o.reason.split(":", 1)[0]] += 1
+                self.counts.reasons[reason_slug(o.reason)] += 1
                 self.quarantined_sources[o.source] += 1
             self._pending.append(o)
         if not self.one_transaction and len(self._pending) >= self.commit_units:

@@ -56,7 +56,7 @@ from operator import itemgetter
 from typing import Any, Iterable, Iterator, Sequence
 
 import orjson
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from collector.ingest.parser import Outcome
@@ -115,6 +115,23 @@ def quarantine_content_key(stage: str, source: str, position: str | None, raw_sh
     ``--default-tz`` changed — is a row of its own, under the run that refused it, so
     ``draudit quarantine`` shows why the latest attempt failed."""
     return content_hash([stage, source, position, raw_sha256, reason])
+
+
+def reason_slug(reason: str) -> str:
+    """A quarantine reason's slug: its text up to the first colon (``missing-transaction-id: no
+    field …`` → ``missing-transaction-id``)."""
+    return reason.split(":", 1)[0]
+
+
+def quarantine_reason_slugs(session: Session, *filters: Any) -> list[tuple[str, int]]:
+    """``(slug, lines)`` of the reasons of the quarantine rows ``filters`` select (all when none),
+    most lines first, then by slug (``reason_slug``)."""
+    slugs: dict[str, int] = {}
+    q = select(QUARANTINE.c.reason, func.count()).where(*filters).group_by(QUARANTINE.c.reason)
+    for text, n in session.execute(q):
+        slug = reason_slug(text)
+        slugs[slug] = slugs.get(slug, 0) + int(n)
+    return sorted(slugs.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _insert_records(session: Session, params: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
