@@ -163,6 +163,19 @@ def test_a_parameter_of_the_wrong_shape_is_refused(tmp_path, key, value, shape):
     assert out.stderr.rstrip().endswith(f"not {json.dumps(value)}")
 
 
+def test_every_problem_is_named_in_one_error_missing_keys_and_wrong_shapes(tmp_path):
+    bundle = _copy(tmp_path)
+    _set_params(bundle, _without("coverage_gap_max_s", strict_mig="false", handover_min_gap_s="300"))
+    out = _run("policy", "check", str(bundle))
+    assert out.exit_code == 2
+    lines = out.stderr.splitlines()
+    assert lines[0] == f"draudit: error: {bundle}/data.json: 3 problems:"
+    assert lines[1].startswith('  - data.draudit.params lacks "coverage_gap_max_s" (read at ')
+    # in data.json's order of keys, as the missing ones
+    assert lines[2:] == ['  - data.draudit.params.handover_min_gap_s must be a number of seconds >= 0 (e.g. 300), not "300"',
+                         '  - data.draudit.params.strict_mig must be true or false (e.g. false), not "false"']
+
+
 def test_an_unknown_params_key_is_a_warning_naming_it_and_its_likely_intent(tmp_path, store):
     bundle = _copy(tmp_path)
     _set_params(bundle, {**SHIPPED_PARAMS, "handover_gap_s": 30})

@@ -267,6 +267,7 @@ def _check_params(root: Path, modules: list[Module], data: dict[str, Any],
     unknown = [k for k in params if k not in PARAMS and k not in needed and not re.search(rf"\b{re.escape(k)}\b", all_code)]
     order = {k: i for i, k in enumerate(PARAMS)}  # the shipped keys in data.json's order, then the bundle's own
     missing = sorted((k for k in needed if k not in params), key=lambda k: order.get(k, len(order)))
+    problems = []
     if missing:
         parts = []
         for key in missing:
@@ -276,14 +277,17 @@ def _check_params(root: Path, modules: list[Module], data: dict[str, Any],
             parts.append(f"{json.dumps(key)} (read at {root / needed[key]}; {what}"
                          + (f"; {json.dumps(typo)} is there instead: a typo?" if typo else "") + ")")
         it = "it" if len(missing) == 1 else "them"
-        raise BundleError(
-            f"{where}: data.draudit.params lacks {', '.join(parts)}: without {it} the rules that read {it} are "
+        problems.append(
+            f"data.draudit.params lacks {', '.join(parts)}: without {it} the rules that read {it} are "
             f"undefined (their findings silently dropped) or fall back to a default nobody set. Add {it} to "
             "data.draudit.params")
-    for key, spec in PARAMS.items():
-        if key in params and key in needed and not spec.valid(params[key]):
-            raise BundleError(f"{where}: data.draudit.params.{key} must be {spec.shape} (e.g. {json.dumps(spec.example)}), "
-                              f"not {json.dumps(params[key])[:80]}")
+    # every problem in one error: a user fixing one key at a time would otherwise run check once per key
+    problems += [f"data.draudit.params.{key} must be {spec.shape} (e.g. {json.dumps(spec.example)}), "
+                 f"not {json.dumps(params[key])[:80]}"
+                 for key, spec in PARAMS.items() if key in params and key in needed and not spec.valid(params[key])]
+    if problems:
+        raise BundleError(f"{where}: " + (problems[0] if len(problems) == 1 else
+                                          f"{len(problems)} problems:" + "".join(f"\n  - {p}" for p in problems)))
     warnings = []
     for key in unknown:
         typo = _close(key, set(PARAMS) | set(needed))
