@@ -319,7 +319,9 @@ def _chart(gpus: list[str], layouts: dict[str, tuple[list[tuple[Bar, int]], list
         groups = {b.device_uuid or b.device_key if b.is_mig else "" for b, _ in placed}
         stacked = len(labels) - len(groups)
         overflow = [label for label in labels if label.endswith("more concurrent)")]
-        note = "".join([f" · MIG ×{migs}" if migs else "", f" · {stacked} stacked row(s)" if stacked else ""])
+        # the rows drawn, not the extra ones: "1 stacked row" read wrong beside 2 rows on the page
+        note = "".join([f" · MIG ×{migs}" if migs else "",
+                        f" · {len(labels)} rows: concurrent claims stacked" if stacked else ""])
         parts.append(f'<text x="3" y="{y + 9:.1f}" font-size="{FONT_UUID}" '
                      f'font-family="DejaVu Sans Mono, monospace">{escape(gpu)}</text>')
         parts.append(f'<text x="3" y="{y + 19:.1f}" font-size="{FONT_SMALL}" fill="#444444">'

@@ -166,6 +166,8 @@ def test_ingest_under_a_cluster_the_watcher_never_recorded_is_refused_or_warned(
         "(did you mean 'bank-eu-inference-1'?); records stored under it could not be attributed until the watcher "
         "records it, and would stay (the store is append-only) — check the name, or give --allow-unwatched-cluster "
         "for a cluster the watcher will record later\n")
+    upper = _run("ingest", str(path), "--database-url", database_url, "--cluster", "BANK-EU-INFERENCE-1")
+    assert upper.exit_code == 2 and "(did you mean 'bank-eu-inference-1'?)" in upper.output
     engine = make_engine(database_url)
     with engine.connect() as conn:  # nothing stored
         assert conn.exec_driver_sql("SELECT count(*) FROM inference_records").scalar_one() == 0

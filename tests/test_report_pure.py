@@ -115,6 +115,9 @@ def test_sharing_segments_tell_mig_partitioning_from_shared_devices():
     svg = timeline_svgs(bars + [_bar("GPU-<x>", "d", "t&t", "c9", 0, 1)], 0, 100 * S, lanes_per_chart=2)
     assert len(svg) == 2 and "GPU-&lt;x&gt;" in "".join(svg) and "t&amp;t" in "".join(svg)
     assert 'stroke-dasharray="2,1"' in svg[1] and 'stroke-dasharray' not in svg[0]  # MIG drawn distinctly
+    # GPU-A (2nd lane of the 1st chart): c1 overlaps c2 then c3, 2 rows; GPU-B: a row per MIG device; GPU-C: back to back
+    assert "node-a · 2 rows: concurrent claims stacked</text>" in svg[0]
+    assert "".join(svg).count("concurrent claims stacked") == 1 and "node-a · MIG ×2</text>" in svg[1]
 
 
 def test_axis_ticks_are_distinct_round_and_as_precise_as_the_period_needs():

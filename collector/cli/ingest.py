@@ -162,7 +162,9 @@ def _refuse_unwatched_cluster(sessions, cluster: str, *, implicit: bool) -> None
                         f"--cluster {cluster} --allow-unwatched-cluster to store them under the default anyway")
     import difflib
 
-    close = difflib.get_close_matches(cluster, watched, n=1, cutoff=0.8)
+    # a case variant first (Kubernetes names are lowercase; a shipper's label may not be), then a typo
+    close = ([w for w in watched if w.casefold() == cluster.casefold()]
+             or difflib.get_close_matches(cluster.casefold(), watched, n=1, cutoff=0.8))
     raise UserError(f"--cluster {cluster!r}: this store's watcher recorded {names}, not it"
                     + (f" (did you mean {close[0]!r}?)" if close else "")
                     + "; records stored under it could not be attributed until the watcher records it, and would stay "

@@ -81,7 +81,7 @@ def report_cmd(period_from, period_to, clusters, namespaces, out_dir, sign_key, 
                          policy_bundle=settings.policy_bundle, clock_skew_s=settings.clock_skew_s)
     click.echo(f"pack {result.pack_id} written to {result.path}{' (signed)' if result.signed else ' (not signed)'}")
     for name, n in sorted(result.counts.items()):
-        click.echo(f"  data/{name}: {n} rows")
+        click.echo(f"  data/{name}: {n} row{'' if n == 1 else 's'}")
     if result.archive:
         click.echo(f"archive {result.archive}")
     click.echo(f"manifest sha256 {result.manifest_sha256}; "
