@@ -136,9 +136,28 @@ def test_the_rejection_series_exist_before_the_first_rejection(sessions, databas
     with Served(_settings(database_url), sessions) as served:
         metrics = served.metrics()
     for path in ("/v1/ingest", "/v1/logs"):
-        for reason in ("unauthorized", "too-large", "unsupported-media-type", "bad-request"):
+        for reason in ("unauthorized", "method-not-allowed", "too-large", "unsupported-media-type", "bad-request"):
             assert ("draudit_ingest_requests_rejected_total", (("path", path), ("reason", reason))) in metrics
         assert ("draudit_ingest_requests_total", (("code", "200"), ("path", path))) in metrics
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+def test_a_method_other_than_post_is_answered_405_counted_and_logged(sessions, database_url, caplog, method):
+    """A shipper configured with another method (Vector's ``method = "put"``) or a probe's GET was
+    answered 405 by the router: no count, no log line, nothing to alert on."""
+    body = (json.dumps(FLUENT_BIT_RECORD) + "\n").encode()
+    with Served(_settings(database_url), sessions) as served:
+        before = served.metrics()
+        with caplog.at_level(logging.WARNING, logger="collector.ingest.http"):
+            answer = served.http.request(method, served.base + "/v1/ingest", body=body, headers=NDJSON)
+        after = served.metrics()
+    assert answer.status == 405 and answer.headers["Allow"] == "POST"
+    assert f"{method} is not accepted on /v1/ingest; send the records with POST" in answer.data.decode()
+    assert _requests(after, "/v1/ingest", 405) - _requests(before, "/v1/ingest", 405) == 1
+    assert _rejected(after, "/v1/ingest", "method-not-allowed") - _rejected(before, "/v1/ingest", "method-not-allowed") == 1
+    [line] = [r.getMessage() for r in caplog.records if r.name == "collector.ingest.http"]
+    assert "path=/v1/ingest status=405 reason=method-not-allowed" in line
+    assert _count(sessions, InferenceRecord) == 0
 
 
 @pytest.mark.parametrize("content", ["", "  \n\t\n"])

@@ -71,6 +71,9 @@ _UTF8_BOM = b"\xef\xbb\xbf"  # a byte order mark some tools write before UTF-8 t
 _LOGGED_MESSAGE_CHARS = 300  # of an answer's message in the rejection log line
 
 
+_ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
 class HttpProblem(Exception):
     """An HTTP error answer: status code and a one-line message naming the fix."""
 
@@ -290,6 +293,9 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
         request.state.request_id = _request_id(request)  # the handler sets the body's once read
         try:
             try:
+                if request.method != "POST":  # answered here, not by the router, so that it is counted and logged
+                    raise HttpProblem(405, f"{request.method} is not accepted on {path}; send the records with POST",
+                                      {"Allow": "POST"})
                 token = _check_token(request, settings)
                 response = await handler(request, request.state.request_id, token)
             except OperationalError as exc:
@@ -386,8 +392,9 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
         ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
         return await guarded(request, "/v1/logs", logs, ctype != "application/x-protobuf")
 
-    return [Route("/v1/ingest", ingest_endpoint, methods=["POST"]),
-            Route("/v1/logs", logs_endpoint, methods=["POST"])]
+    # Every method reaches ``guarded``: a 405 from the router would be neither counted nor logged.
+    return [Route("/v1/ingest", ingest_endpoint, methods=_ANY_METHOD),
+            Route("/v1/logs", logs_endpoint, methods=_ANY_METHOD)]
 
 
 def _misrouted_otlp_json(doc: dict[str, Any]) -> str | None:

@@ -9,12 +9,13 @@ Counters move only after the transaction that stored the rows committed.
 ``draudit_ingest_requests_total{path,code}``: HTTP ingestion requests (``POST /v1/ingest``,
 ``POST /v1/logs``) by the status code answered, successes and failures alike.
 ``draudit_ingest_requests_rejected_total{path,reason}``: those answered 4xx, by reason —
-``unauthorized`` (401), ``too-large`` (413), ``unsupported-media-type`` (415), ``bad-request`` (400).
+``unauthorized`` (401), ``method-not-allowed`` (405: not a POST), ``too-large`` (413),
+``unsupported-media-type`` (415), ``bad-request`` (400).
 Shippers do not retry a 4xx (Fluent Bit drops the chunk, an OTLP exporter the batch): each one
 counted is data lost unless re-sent by hand, hence a series per path and reason from the start
 (``rate()`` and ``increase()`` alerts see 0 before the first rejection). A 503 (database
 unavailable, retried by the shipper) and a 500 count in ``draudit_ingest_requests_total`` only.
-Label values are bounded: two paths, the status codes the server answers, four reasons.
+Label values are bounded: two paths, the status codes the server answers, five reasons.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ for _outcome in ("stored", "duplicate", "quarantined"):
 
 INGEST_PATHS = ("/v1/ingest", "/v1/logs")
 # The 4xx the ingestion routes answer, and the reason label of each.
-REJECT_REASONS = {400: "bad-request", 401: "unauthorized", 413: "too-large", 415: "unsupported-media-type"}
+REJECT_REASONS = {400: "bad-request", 401: "unauthorized", 405: "method-not-allowed", 413: "too-large",
+                  415: "unsupported-media-type"}
 REQUESTS = Counter("draudit_ingest_requests", "HTTP ingestion requests by path and status code answered.",
                    ["path", "code"])
 REJECTED = Counter("draudit_ingest_requests_rejected",
