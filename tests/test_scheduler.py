@@ -146,6 +146,16 @@ def test_failing_job_is_recorded_retried_and_does_not_stop_others(sessions, data
     assert "never" in lines["daily_pack"] and lines["daily_pack"].split()[1] == "off"
 
 
+def test_jobs_list_on_a_store_draudit_run_never_used_says_why_every_job_reads_never(tmp_path):
+    """A newcomer read 'never' beside every job of a new store as jobs failing to run."""
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    assert CliRunner().invoke(cli, ["db", "upgrade", "--database-url", url]).exit_code == 0
+    res = CliRunner().invoke(cli, ["jobs", "list", "--database-url", url])
+    assert res.exit_code == 0, res.output
+    assert all("never" in line and "not scheduled" in line for line in res.stdout.splitlines()[1:])
+    assert res.stderr.startswith("note: no job has been scheduled or run in this store yet: `draudit run` schedules")
+
+
 def test_real_attribution_job_runs_against_the_store(sessions, database_url, tmp_path):
     """The job's summary also says what it left pending (newcomer: "exact 0…" while records waited),
     and `jobs list` shows it."""

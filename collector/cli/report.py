@@ -269,6 +269,10 @@ def jobs_list(database_url: str | None, output: str) -> None:
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+    if not any(r["next_run"] or r["last_run"] for r in rows):
+        click.echo("note: no job has been scheduled or run in this store yet: `draudit run` schedules them when it "
+                   "first starts on it (DRAUDIT_SCHEDULE_<JOB> sets each one's schedule); 'never' is no failure",
+                   err=True)
 
 
 def _one_line(text: str, width: int) -> str:
