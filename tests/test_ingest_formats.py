@@ -141,6 +141,27 @@ def test_vector_with_the_application_merged_at_the_root():
     assert r.dedup_key() == records(parse_file("vector.jsonl", source="x"))[0].dedup_key()
 
 
+def test_vector_with_a_gelf_line_merged_at_the_root_and_its_message_deleted():
+    """``. = merge(., parse_json!(.message)); del(.message)`` around a Spring GELF line: no
+    ``message`` left, GELF's ``_``-names at the root and its epoch ``timestamp`` over Vector's. It was
+    quarantined ``missing-payload`` (a known gap). The same transaction as the GELF line read alone."""
+    doc = json.loads((DATA / "vector.jsonl").read_text().splitlines()[0])
+    gelf_line = (DATA / "gelf.jsonl").read_text().splitlines()[0]
+    merged = {**doc, **json.loads(gelf_line)}
+    del merged["message"]
+    assert isinstance(merged["timestamp"], float)  # GELF's number replaced Vector's RFC 3339 text
+    out = parse_stream(json.dumps(merged).encode(), "http:req-1")
+    assert rejected(out) == []
+    [r] = records(out)
+    alone = records(parse_file("gelf.jsonl", source="app.log"))[0]
+    assert (r.envelope, r.source_format) == ("vector", "gelf")
+    assert business(r) == business(alone)  # GELF's millisecond time, not the envelope's
+    assert (r.event_time_ns, r.event_time_precision_ns) == (1_741_083_300_067_000_000, 1_000_000)
+    assert (r.pod_uid, r.node_name, r.container_name) == (POD_UID, "gpu-node-07", "api")
+    assert "envelope.runtime_time_ns" not in r.attributes  # no runtime time: GELF's is no write time
+    assert any("without a message" in w for w in r.attributes["draudit.warnings"])
+
+
 def test_all_shippers_give_one_dedup_key_for_one_transaction(tmp_path):
     keys = {name: records(parse_file(name, source="x"))[0].dedup_key() for name in SAME_POD_FILES}
     cri = tmp_path / "var/log/pods" / f"{NAMESPACE}_{POD_NAME}_{POD_UID}" / "api" / "0.log"

@@ -289,12 +289,17 @@ def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
         if k8s.get(src) not in (None, "", {}):
             env.extras[dst] = k8s[src]
     env.stream = _s(doc.get("stream"))
-    _runtime_time(env, doc.get("timestamp"))
+    msg = doc.get("message")
+    top = {k: v for k, v in doc.items() if k not in _VECTOR_KEYS}
+    stamp = doc.get("timestamp")
+    if msg is None and _is_number(stamp) and _is_gelf(top):
+        # a GELF line merged at the root (and ``.message`` deleted): Vector writes its own timestamp
+        # as RFC 3339 text, so a number there is GELF's, which the merge put over Vector's
+        top["timestamp"], stamp = stamp, None
+    _runtime_time(env, stamp)
     if _s(doc.get("file")):
         env.extras["log_file_path"] = doc["file"]
         env.fill_from_path(doc["file"])
-    msg = doc.get("message")
-    top = {k: v for k, v in doc.items() if k not in _VECTOR_KEYS}
     if isinstance(msg, str) and not msg.lstrip().startswith("{") and _looks_like_app(top, app_keys):
         # ``. = merge(., parse_json!(.message))`` (log-formats §2.4: parse_json in VRL): the
         # application's fields are at the root and its own ``message`` replaced the raw line
@@ -303,9 +308,20 @@ def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
                             "application's, the raw line is not kept")
     elif isinstance(msg, (str, dict)):
         env.payload = msg
-    else:
-        env.payload = top if _looks_like_app(top, app_keys) else None
+    elif _looks_like_app(top, app_keys) or _is_gelf(top):  # GELF's names carry "_": no alias matches them here
+        env.payload = top
+        env.warnings.append("application fields merged at the root of the Vector event, without a message: "
+                            "the raw line is not kept")
     return env
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_gelf(obj: dict[str, Any]) -> bool:
+    """GELF 1.1's signature (log-formats §1.4 and §7.3 rule 1: ``version`` "1.1" + ``short_message``)."""
+    return obj.get("version") == "1.1" and isinstance(obj.get("short_message"), str)
 
 
 def elastic(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
