@@ -97,7 +97,7 @@ def _sqlite_insert_versions(s: Session, values: list[tuple]) -> list[tuple]:
 
 @dataclass
 class _Op:
-    kind: str  # events | resume | quarantine | synced | gap | barrier
+    kind: str  # events | resume | quarantine | synced | gap | contact | barrier
     spec: KindSpec | None
     payload: Any = None
     resume_rv: str | None = None
@@ -190,6 +190,15 @@ class Recorder:
                    since_ns: int | None = None) -> None:
         self._put(_Op("gap", spec, (reason, at_ns, since_ns), from_rv))
 
+    def submit_contact_lost(self, spec: KindSpec, last_contact_ns: int | None) -> None:
+        """``spec.kind`` is out of contact with the API server since ``last_contact_ns`` (ns UTC:
+        its requests fail or its stream went silent), or, with None, in contact again with nothing
+        held back. Stored as ``WatchState.observed_until_ns`` (one UPDATE, in order with the other
+        operations of the kind), so that a crash during the outage ends the kind's 'synced'
+        coverage at that contact, not at the run's last sign of life (``_mark_synced``). Called on
+        the transitions only, not per failed retry (``Reflector._lose_contact``)."""
+        self._put(_Op("contact", spec, last_contact_ns))
+
     def _put(self, op: _Op) -> None:
         if self.fenced_out.is_set():
             return
@@ -255,8 +264,14 @@ class Recorder:
     def _commit_with_retry(self, ops: list[_Op]) -> None:
         replays_possible = False
         while not self.fenced_out.is_set():
+            first = self._previous_alive_ns is _UNREAD
             try:
-                self._commit(ops, replays_possible)
+                try:
+                    self._commit(ops, replays_possible)
+                except BaseException:
+                    if first:  # rolled back: the next attempt reads (and freezes) the previous run's rows again
+                        self._previous_alive_ns = _UNREAD
+                    raise
                 self.last_error = None
                 break
             except _ReplayedVersion:  # rolled back; at once again, skipping the versions already stored
@@ -288,6 +303,7 @@ class Recorder:
             with s.begin():
                 if self._previous_alive_ns is _UNREAD:  # before this run's first write changes a row
                     self._previous_alive_ns = self._read_previous_run_alive_ns(s)
+                    self._freeze_previous_run(s)
                 for op in ops:
                     if op.kind == "barrier":
                         continue
@@ -305,6 +321,8 @@ class Recorder:
                     elif op.kind == "gap":
                         self._mark_gap(s, op.spec, op.resume_rv, *op.payload)
                         states[kind] = "gap"
+                    elif op.kind == "contact":
+                        self._mark_contact(s, kind, op.payload)
                     if op.resume_rv is not None and op.kind in ("events", "resume", "synced"):
                         committed_rv[kind] = op.resume_rv
                 for kind, (spec, kind_events) in events.items():
@@ -414,13 +432,18 @@ class Recorder:
         elif st.state == "synced":
             # The previous run ended without closing its interval (crash or SIGKILL): it was synced
             # until it was last seen alive. The resume succeeded, so no event was lost, but none was
-            # seen when it happened until now: the collector was not running in between.
-            last_alive = min(max(st.state_since_ns, self._previous_run_alive_ns(st)), at_ns)
+            # seen when it happened until now: the collector was not running in between. Until
+            # when the kind was observed was frozen at this run's start (``_freeze_previous_run``:
+            # its own last contact if it was out of contact, e.g. its requests failing while the
+            # other kinds' bookmarks kept the run alive).
+            until = st.observed_until_ns if st.observed_until_ns is not None else self._previous_run_alive_ns(st)
+            last_alive = min(max(st.state_since_ns, until), at_ns)
             s_add_interval(s, self.cluster, spec.kind, "synced", st.state_since_ns, last_alive, st.state_from_rv, st.resource_version, None)
             if last_alive < at_ns:
                 s_add_interval(s, self.cluster, spec.kind, "stopped", last_alive, at_ns, st.resource_version, rv,
                                CRASHED_REASON)
         st.state, st.state_since_ns, st.state_from_rv, st.state_reason = "synced", at_ns, rv, None
+        st.observed_until_ns = None  # complete from at_ns on: in contact
         st.synced = True
         st.api_version = spec.version
         st.updated_at = datetime.now(timezone.utc)
@@ -442,8 +465,35 @@ class Recorder:
             gap_start = at_ns
         if st.state != "gap":
             st.state, st.state_since_ns, st.state_from_rv, st.state_reason = "gap", gap_start, from_rv, reason
+        st.observed_until_ns = None  # the gap says it now
         st.synced = False
         st.updated_at = datetime.now(timezone.utc)
+        s.flush()
+
+    def _mark_contact(self, s: Session, kind: str, last_contact_ns: int | None) -> None:
+        """Store (or, with None, clear) the kind's last contact while it is out of contact
+        (``submit_contact_lost``): one UPDATE of its ``watch_state`` row, ``updated_at`` untouched
+        (it is no sign of life). No row yet: nothing 'synced' to bound."""
+        s.execute(update(WatchState).where(WatchState.cluster == self.cluster, WatchState.kind == kind)
+                  .values(observed_until_ns=last_contact_ns))
+
+    def _freeze_previous_run(self, s: Session) -> None:
+        """In this run's first transaction, before it changes a row: for every kind an earlier run
+        left 'synced' (it ended without a clean stop), store in ``observed_until_ns`` until when
+        that run observed it — its last sign of life for the kind (``_previous_run_alive_ns``), or
+        the kind's last contact if it was out of contact then (a mark it left), whichever is
+        earlier. ``_mark_synced`` ends the interval there once the kind syncs in this run.
+
+        Frozen now, not when the kind syncs: meanwhile this run's commits of the other kinds move
+        the cluster's liveness (and a relist's events the kind's own ``updated_at``); a kind this run
+        never reaches (its requests failing throughout, then another crash) was taken as observed
+        into this run, whose commits said the process was alive, not that the kind was seen."""
+        for st in s.execute(select(WatchState).where(WatchState.cluster == self.cluster,
+                                                     WatchState.state == "synced")).scalars():
+            until = self._previous_run_alive_ns(st)
+            if st.observed_until_ns is not None:
+                until = min(until, st.observed_until_ns)
+            st.observed_until_ns = max(st.state_since_ns, until)
         s.flush()
 
     def _synced_in_this_run(self, kind: str) -> bool:
@@ -494,6 +544,9 @@ class Recorder:
             with self.sessions() as s, s.begin():
                 for st in s.execute(select(WatchState).where(WatchState.cluster == self.cluster, WatchState.state == "synced")).scalars():
                     end = min(at_ns, observed_until_ns.get(st.kind, at_ns))
+                    if st.observed_until_ns is not None:  # out of contact since (``submit_contact_lost``)
+                        end = max(st.state_since_ns, min(end, st.observed_until_ns))
+                    st.observed_until_ns = None
                     s_add_interval(s, self.cluster, st.kind, "synced", st.state_since_ns, end, st.state_from_rv, st.resource_version, None)
                     st.state, st.state_since_ns, st.state_from_rv = "stopped", end, st.resource_version
                     st.synced = False

@@ -93,6 +93,12 @@ class Sink(Protocol):
         instant the stream is known to have been complete, when the reflector knows it (else the
         sink takes its last commit or bookmark)."""
 
+    def submit_contact_lost(self, spec: KindSpec, last_contact_ns: int | None) -> None:
+        """The kind is out of contact with the API server since ``last_contact_ns`` (its requests
+        fail or its stream went silent, with nothing seen since), or, with None, in contact again
+        with nothing held back. Called on these transitions only; kept durably, so that after a
+        crash the kind's coverage ends at that contact."""
+
 
 # ------------------------------------------------------------------------------------------
 # Settings and errors
@@ -357,8 +363,7 @@ class Reflector:
                 # Nothing for read_timeout_s, not even a bookmark (~1/min when asked for): a
                 # half-open connection, most likely (watch-semantics §7). What changed after the
                 # last contact is replayed by the resumed watch, late (``_after_silence``).
-                self._silent_since_ns = self.last_contact_ns
-                self._silence_cause = "watch stream silent (read timeout, a half-open connection?)"
+                self._lose_contact("watch stream silent (read timeout, a half-open connection?)")
             raise _StreamError(f"watch stream broke: {exc}") from None
         finally:
             if confirm is not None:
@@ -368,7 +373,10 @@ class Reflector:
                 resp.release_conn()
             except Exception:  # noqa: BLE001
                 pass
-        self._silent_since_ns = None  # a stream that ended cleanly after the silence replayed nothing
+        if self._silent_since_ns is not None and not self.stop_event.is_set():
+            # A stream that ended cleanly after the silence replayed nothing (one our stop shut
+            # down says nothing: the contact stays lost, for ``observed_until_ns``).
+            self._regain_contact()
         self._backoff.reset()
 
     def _handle_line(self, line: bytes, position: int, pending: list[ObservedEvent]) -> None:
@@ -428,10 +436,12 @@ class Reflector:
         (``_watch_once`` closes it after a bookmark, or ``resume_confirm_s`` after the answer). A
         bookmark first, or a change only after ``resume_confirm_s``, means nothing was held back: no
         gap (a quiet stream that timed out)."""
-        since, self._silent_since_ns = self._silent_since_ns, None
+        since = self._silent_since_ns
         if event_type not in ("ADDED", "MODIFIED", "DELETED") or since is None \
                 or now_ns() - self._connected_ns > self.settings.resume_confirm_s * 1e9:
+            self._regain_contact()  # nothing was held back
             return
+        self._silent_since_ns = None  # the gap opened below ends the kind's 'synced' coverage at ``since``
         self._flush(pending)
         self._caught_up = False
         log.warning("%s: the watch resumed after %s replays changes made since %s: coverage gap until they are "
@@ -538,12 +548,28 @@ class Reflector:
             # coverage gap then (``_after_silence``). A 5xx, a reset or a refused connection lasting
             # seconds while a claim moved to another GPU was "synced" throughout, and its
             # transactions were attributed exact to the GPU it had left (a DRA breaker's finding).
-            self._silent_since_ns = self.last_contact_ns
             cause = f"HTTP {exc.status}" if isinstance(exc, ApiException) else type(exc).__name__
-            self._silence_cause = f"requests to the API server failed ({cause})"
+            self._lose_contact(f"requests to the API server failed ({cause})")
         self.last_failure = _describe(exc, self.spec)
         log.warning("%s: %s; retrying in %.1f s", self.spec.kind, self.last_failure, delay)
         self.stop_event.wait(delay)
+
+    def _lose_contact(self, cause: str) -> None:
+        """Out of contact since ``last_contact_ns`` (requests failing, or the stream found silent):
+        what changed since is not seen until the resumed watch replays it (``_after_silence``).
+        The sink keeps that contact durably (``Sink.submit_contact_lost``), once per outage, not
+        per failed retry: a crash during the outage then ends the kind's 'synced' coverage there,
+        not at the run's last sign of life, which the other kinds' bookmarks keep moving."""
+        if self.last_contact_ns is None:
+            return
+        self._silent_since_ns = self.last_contact_ns
+        self._silence_cause = cause
+        self.sink.submit_contact_lost(self.spec, self._silent_since_ns)
+
+    def _regain_contact(self) -> None:
+        """In contact again and nothing was held back (``_lose_contact`` undone, at the sink too)."""
+        self._silent_since_ns = None
+        self.sink.submit_contact_lost(self.spec, None)
 
     def _get(self, query: dict[str, str | None], *, stream: bool):
         """GET the collection through the official client's transport; raw bytes, no models."""

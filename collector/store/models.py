@@ -121,6 +121,14 @@ class WatchState(Base):
     ``resource_version`` is the last resourceVersion whose rows are committed (a list RV, a live
     event or a BOOKMARK). ``state`` is the open coverage interval (``synced`` or ``gap``) since
     ``state_since_ns``; closed intervals move to ``coverage_intervals``, which is append-only.
+
+    ``observed_until_ns`` (ns UTC, NULL by default) bounds an open ``synced`` interval that a
+    crash may leave open: set while the kind is out of contact with the API server (its requests
+    fail or its stream went silent), to its last contact — written once on the way into the
+    outage and cleared on the way out, not per retry; and, at a run's start, for every kind the
+    previous run left ``synced`` (it crashed), to the instant that run last observed it. After a
+    crash, the kind's ``synced`` coverage ends there at the latest (``collector.kube.recorder``),
+    not at the run's last sign of life, which the other kinds' bookmarks keep moving.
     """
 
     __tablename__ = "watch_state"
@@ -135,6 +143,7 @@ class WatchState(Base):
     state_from_rv: Mapped[str | None] = mapped_column(String(32), nullable=True)
     state_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    observed_until_ns: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class CoverageInterval(Base):
