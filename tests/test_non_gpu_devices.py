@@ -4,8 +4,8 @@ inventory or sharing (a DRA breaker's finding: the NIC's uuid counted as a GPU, 
 ``ambiguous``/``several-devices``, a NIC-only transaction ``exact`` on ``NIC-0001`` and the NIC
 shared by two tenants a cross-tenant GPU sharing).
 
-Which devices are GPUs: ``collector.kube.projections.is_gpu_device`` (type gpu/mig/vfio, or a
-driver whose first DNS label is ``gpu``). End to end through the fake API server, the watcher,
+Which devices are GPUs: ``collector.kube.projections.is_gpu_device`` (type gpu/mig, or a driver
+whose first DNS label is ``gpu``; ``vfio`` only from such a driver: tests/test_gpu_device_rule.py). End to end through the fake API server, the watcher,
 ingest, attribute, trace, the policy evaluation and a pack, on SQLite and PostgreSQL.
 """
 
@@ -130,7 +130,7 @@ def test_a_nic_is_no_gpu_end_to_end(srv, sessions, database_url, tmp_path, monke
 
 
 def test_which_devices_are_gpus():
-    """``type`` gpu/mig/vfio (NVIDIA, dra-api.md §6.1), or (any type or none) a driver whose first DNS
+    """``type`` gpu/mig (NVIDIA, dra-api.md §6.1), or (any type or none) a driver whose first DNS
     label is ``gpu`` (gpu.example.com, gpu.amd.com, gpu.intel.com publish no NVIDIA types); a NIC
     driver's or compute-domain.nvidia.com's devices are not GPUs."""
     assert is_gpu_device("gpu", "gpu.nvidia.com") and is_gpu_device("mig", "gpu.nvidia.com")
@@ -138,6 +138,7 @@ def test_which_devices_are_gpus():
     assert is_gpu_device(None, "gpu.amd.com") and is_gpu_device("amdgpu-partition", "gpu.amd.com")
     assert not is_gpu_device(None, NIC_DRIVER) and not is_gpu_device("nic", NIC_DRIVER)
     assert not is_gpu_device("daemon", "compute-domain.nvidia.com") and not is_gpu_device(None, "gpus.example.com")
+    assert not is_gpu_device("vfio", "sriov.network.example.com")  # SR-IOV virtual functions: no GPU driver
 
     def columns(driver: str, attributes: dict) -> dict:
         return device_columns({"name": "d-0", "attributes": attributes}, driver, "s", 1, "node-g")

@@ -320,7 +320,13 @@ class SliceFacts:
 
 
 _PHYSICAL_FROM_UUID = ("gpu", "vfio")  # a full GPU (or one passed through): the device is the GPU
-GPU_DEVICE_TYPES = ("gpu", "mig", "vfio")  # the NVIDIA GPU driver's device types (dra-api.md §6.1, §6.3)
+#: ``type`` values that make a device a GPU whoever publishes it: the NVIDIA GPU driver's full GPU and
+#: MIG device (dra-api.md §6.1, §6.3). Not ``vfio``: that names a PCI function handed to a VM or a
+#: user-space driver, a GPU only when a GPU driver publishes it (``gpu.nvidia.com``'s ``gpu-vfio-N``,
+#: §6.2); an SR-IOV NIC driver publishes its virtual functions as ``vfio`` too. Nothing in a VFIO
+#: device's attributes is GPU-specific (§6.3: ``uuid``, ``deviceID``, ``vendorID``, ``numa``,
+#: ``productName``, ``iommuFDEnabled``, PCI attributes), so its driver decides.
+GPU_DEVICE_TYPES = ("gpu", "mig")
 
 
 def is_gpu_driver(driver: str) -> bool:
@@ -332,12 +338,52 @@ def is_gpu_driver(driver: str) -> bool:
 
 def is_gpu_device(device_type: str | None, driver: str) -> bool:
     """Whether a published device is (part of) a GPU, so that its ``uuid``/``parentUUID`` name a
-    physical GPU: its ``type`` is one of the NVIDIA driver's GPU types (``gpu``, ``mig``, ``vfio``,
-    dra-api.md §6.1), or its driver is a GPU driver (``is_gpu_driver``: also the drivers that
-    publish no ``type``, or types of their own). Any other device (a NIC driver's, with a ``uuid`` of
-    its own; a compute domain's ``daemon``/``channel``) is not a GPU. ``migrations/versions/0004``
-    states the same rule in SQL for rows projected before it."""
+    physical GPU: its ``type`` is ``gpu`` or ``mig`` (``GPU_DEVICE_TYPES``, dra-api.md §6.1), or its
+    driver is a GPU driver (``is_gpu_driver``: also the drivers that publish no ``type``, types of
+    their own, or ``vfio`` for a GPU passed through). Any other device is not a GPU: a NIC driver's
+    (with a ``uuid`` of its own, or SR-IOV virtual functions of ``type`` ``vfio``), a compute
+    domain's ``daemon``/``channel``, another accelerator's (a TPU's, published without ``type``;
+    ``slice_facts`` logs a warning naming such a driver). Stated in SQL for stored rows by
+    ``not_gpu_sql`` (policy facts) and, as of their revision, by ``migrations/versions/0004`` and
+    ``0006``."""
     return device_type in GPU_DEVICE_TYPES or is_gpu_driver(driver)
+
+
+def not_gpu_sql(prefix: str = "") -> str:
+    """``not is_gpu_device(device_type, driver)`` as an SQL condition over ``device_states`` columns
+    (``prefix``: the table alias with its dot, e.g. ``"ds."``), for SQLite and PostgreSQL alike.
+    Driver names are lowercase DNS subdomains (validated by the API server), so ``LIKE`` (case-blind
+    in SQLite) agrees with ``is_gpu_driver``."""
+    types = ", ".join(f"'{t}'" for t in GPU_DEVICE_TYPES)
+    return (f"COALESCE({prefix}device_type, '') NOT IN ({types}) "
+            f"AND {prefix}driver <> 'gpu' AND {prefix}driver NOT LIKE 'gpu.%'")
+
+
+# Drivers already warned about in this process (``_warn_not_gpus``): a slice is republished often.
+_warned_drivers: set[tuple[str, str]] = set()
+
+
+def _warn_not_gpus(driver: str, slice_name: str, devices: Mapping[str, Mapping[str, Any]]) -> None:
+    """Log once per process and driver that devices whose classification is inferred, not declared,
+    are not counted as GPUs: devices without ``type`` (an accelerator that is no GPU, e.g. a TPU
+    driver's, or a GPU driver not named ``gpu.*``) and ``vfio`` devices of a driver that is no GPU
+    driver (SR-IOV virtual functions). Devices of a declared other type (``nic``, ``daemon``,
+    ``channel``) are not mentioned. A GPU driver's devices never are."""
+    if is_gpu_driver(driver):
+        return
+    for kind, what in (("untyped", None), ("vfio", "vfio")):
+        names = sorted(n for n, cols in devices.items() if cols["device_type"] == what)
+        if not names or (driver, kind) in _warned_drivers:
+            continue
+        _warned_drivers.add((driver, kind))
+        shown = ", ".join(names[:5]) + (f", ... ({len(names)} in all)" if len(names) > 5 else "")
+        published = "without a type attribute" if what is None else "of type vfio"
+        log.warning(
+            "ResourceSlice %s: driver %s publishes device(s) %s (%s); they are not counted as GPUs: draudit "
+            "counts a device as a GPU when its type is gpu or mig, or its driver's first DNS label is 'gpu' "
+            "(gpu.nvidia.com, gpu.amd.com). They get no GPU identity, take no part in GPU sharing or "
+            "handovers, and a transaction served only by them is unattributed (no-device-record). "
+            "Logged once per driver and process.", slice_name, driver, published, shown)
 
 
 def device_columns(device: Mapping[str, Any], driver: str, slice_name: str, generation: int,
@@ -391,7 +437,11 @@ def device_columns(device: Mapping[str, Any], driver: str, slice_name: str, gene
 
 
 def slice_facts(resource_slice: Mapping[str, Any]) -> SliceFacts | None:
-    """The facts of a normalised ResourceSlice, or ``None`` without driver or pool name."""
+    """The facts of a normalised ResourceSlice, or ``None`` without driver or pool name.
+
+    Logs a warning (once per driver and process) when the slice's driver is no GPU driver and
+    publishes devices without ``type`` or of type ``vfio``: they are not counted as GPUs
+    (``is_gpu_device``), which an operator running another accelerator needs to be told."""
     meta, spec = _dict(resource_slice.get("metadata")), _dict(resource_slice.get("spec"))
     pool = _dict(spec.get("pool"))
     if not spec.get("driver") or not pool.get("name"):
@@ -405,6 +455,7 @@ def slice_facts(resource_slice: Mapping[str, Any]) -> SliceFacts | None:
     for device in _list(spec.get("devices")):
         if isinstance(device, dict) and device.get("name"):
             devices[device["name"]] = device_columns(device, spec["driver"], name, generation, spec.get("nodeName"))
+    _warn_not_gpus(spec["driver"], name, devices)
     return SliceFacts(spec["driver"], pool["name"], generation, devices)
 
 

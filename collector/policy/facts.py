@@ -80,6 +80,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from collector.kube.projections import not_gpu_sql
 from collector.timeutil import NS_PER_S, now_ns as _now_ns
 
 OPEN_END_NS = 2**62  # stands for "still open" inside SQL; never leaves this module
@@ -127,11 +128,11 @@ CREATE TEMPORARY TABLE {_TEMP}_episodes (
 )
 """
 
-# A device record that is not a GPU (collector.kube.projections.is_gpu_device: not type
-# gpu/mig/vfio, and a driver whose first DNS label is not "gpu", e.g. a NIC driver's device with a
-# uuid of its own): it takes part in no overlap or handover (no GPU is shared or handed over).
-NOT_GPU = ("COALESCE(ds.device_type, '') NOT IN ('gpu', 'mig', 'vfio') "
-           "AND ds.driver <> 'gpu' AND ds.driver NOT LIKE 'gpu.%'")
+# A device record that is not a GPU (collector.kube.projections.is_gpu_device, in SQL: not type
+# gpu/mig, and a driver whose first DNS label is not "gpu", e.g. a NIC driver's device with a uuid
+# of its own, or its SR-IOV virtual function of type vfio): it takes part in no overlap or handover
+# (no GPU is shared or handed over).
+NOT_GPU = not_gpu_sql("ds.")
 
 # One row per allocation result of an allocation episode overlapping [lookback_from, to), with
 # the device record resolved by a correlated lookup on ix_device_states_key.
