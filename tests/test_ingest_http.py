@@ -231,6 +231,26 @@ def test_database_down_is_503_so_the_shipper_retries(tmp_path):
     assert r.status_code == 503 and r.headers["retry-after"] == "5"
 
 
+def test_a_connection_pool_timeout_is_503_so_the_otlp_exporter_retries(sessions, database_url):
+    """Every pooled connection busy (concurrent requests serialised on the ledger lock): it was a 500,
+    which OTLP exporters never retry, so the batch was lost (a reviewer's finding)."""
+    from collector.store.db import make_engine
+
+    engine = make_engine(database_url, pool_size=1, max_overflow=0, pool_timeout=0.3)
+    client = make_client(sessionmaker(bind=engine), database_url)
+    held = engine.connect()  # the pool's one connection, busy
+    try:
+        r = client.post("/v1/logs", content=(DATA / "otlp_logs.json").read_bytes(),
+                        headers={**AUTH, "Content-Type": "application/json"})
+        assert r.status_code == 503 and r.headers["retry-after"] == "5", r.text
+    finally:
+        held.close()
+    r = client.post("/v1/logs", content=(DATA / "otlp_logs.json").read_bytes(),
+                    headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 200
+    engine.dispose()
+
+
 def test_official_otel_sdk_exporter_to_a_real_server(sessions, database_url):
     """opentelemetry-sdk + opentelemetry-exporter-otlp-proto-http → uvicorn on a free loopback port."""
     from opentelemetry.exporter.otlp.proto.http import Compression

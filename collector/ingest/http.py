@@ -43,7 +43,7 @@ import uuid
 import zlib
 from typing import Any, Callable
 
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -298,9 +298,11 @@ def ingest_routes(settings: Settings, session_factory: sessionmaker[Session]) ->
                                       {"Allow": "POST"})
                 token = _check_token(request, settings)
                 response = await handler(request, request.state.request_id, token)
-            except OperationalError as exc:
+            except (OperationalError, PoolTimeout) as exc:
+                # A pool timeout (every connection busy under load) is as transient as a database down:
+                # a 500 is not retried by OTLP exporters (log-formats §3.1), so their batch would be lost.
                 log.warning("ingest request %s: database unavailable: %s", request.state.request_id,
-                            str(exc.orig or exc).splitlines()[0])
+                            str(getattr(exc, "orig", None) or exc).splitlines()[0])
                 raise HttpProblem(503, "database unavailable; retry later", {"Retry-After": str(RETRY_AFTER_S)}) from None
         except HttpProblem as exc:
             _log_rejection(request, path, exc, observe_request(path, exc.status))
