@@ -253,6 +253,18 @@ def test_a_bundle_that_reads_no_params_needs_none(tmp_path):
     assert load_bundle(bundle).warnings == ()
 
 
+def test_a_package_line_with_a_trailing_comment_is_a_package_declaration(tmp_path):
+    """``package draudit.custom # my rules`` is valid Rego; it was refused as "no `package` declaration"."""
+    bundle = tmp_path / "custom"
+    bundle.mkdir()
+    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
+    (bundle / "custom.rego").write_text(
+        "package draudit.custom # the bank's own rules\n\n"
+        'findings contains f if {\n\tinput.period.from_ns > 0\n\tf := {"rule": "custom/x"}\n}\n')
+    assert [m.package for m in load_bundle(bundle).modules] == ["draudit.custom"]
+    assert _run("policy", "check", str(bundle)).exit_code == 0
+
+
 def test_check_warns_about_a_package_defining_finding_instead_of_findings(tmp_path, store):
     bundle = _copy(tmp_path)
     source = (bundle / "attribution.rego").read_text()

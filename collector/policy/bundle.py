@@ -37,7 +37,7 @@ from typing import Any
 
 from collector.errors import UserError
 
-_PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)\s*$", re.MULTILINE)
+_PACKAGE = re.compile(r"^package\s+([A-Za-z_][\w.]*)\s*(?:#.*)?$", re.MULTILINE)  # a trailing comment is valid Rego
 _TEST_RULE = re.compile(r"^(test_\w+)\b", re.MULTILINE)
 _FINDINGS_RULE = re.compile(r"^findings\s+contains\b", re.MULTILINE)
 _RULE_HEAD = re.compile(r"^(?:default\s+)?([A-Za-z_]\w*)\b", re.MULTILINE)
