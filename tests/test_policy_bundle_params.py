@@ -37,6 +37,15 @@ def _copy(tmp_path: Path, name: str = "bundle") -> Path:
     return target
 
 
+def _custom(tmp_path: Path, rego: str) -> Path:
+    """A bundle of the user's own: a manifest rooted at draudit and ``custom.rego`` holding ``rego``."""
+    bundle = tmp_path / "custom"
+    bundle.mkdir()
+    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
+    (bundle / "custom.rego").write_text(rego)
+    return bundle
+
+
 def _set_params(bundle: Path, params: dict | None, key: str = "params") -> None:
     (bundle / "data.json").write_text(json.dumps({"draudit": {} if params is None else {key: params}}))
 
@@ -242,12 +251,9 @@ def test_a_users_bundle_whose_tests_inject_params_still_tests_with_a_valid_data_
 
 
 def test_a_bundle_that_reads_no_params_needs_none(tmp_path):
-    bundle = tmp_path / "custom"
-    bundle.mkdir()
-    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
-    (bundle / "custom.rego").write_text(
-        "package draudit.custom\n\n# not data.draudit.params: \"tenants\" below is a subject\n"
-        'findings contains f if {\n\tinput.period.from_ns > 0\n\tf := {"rule": "custom/x", "subjects": {"tenants": []}}\n}\n')
+    bundle = _custom(tmp_path,
+                     "package draudit.custom\n\n# not data.draudit.params: \"tenants\" below is a subject\n"
+                     'findings contains f if {\n\tinput.period.from_ns > 0\n\tf := {"rule": "custom/x", "subjects": {"tenants": []}}\n}\n')
     ok = _run("policy", "check", str(bundle))
     assert ok.exit_code == 0 and ok.stderr == "", ok.output
     assert load_bundle(bundle).warnings == ()
@@ -255,12 +261,8 @@ def test_a_bundle_that_reads_no_params_needs_none(tmp_path):
 
 def test_a_package_line_with_a_trailing_comment_is_a_package_declaration(tmp_path):
     """``package draudit.custom # my rules`` is valid Rego; it was refused as "no `package` declaration"."""
-    bundle = tmp_path / "custom"
-    bundle.mkdir()
-    (bundle / ".manifest").write_text(json.dumps({"revision": "custom-1", "roots": ["draudit"]}))
-    (bundle / "custom.rego").write_text(
-        "package draudit.custom # the bank's own rules\n\n"
-        'findings contains f if {\n\tinput.period.from_ns > 0\n\tf := {"rule": "custom/x"}\n}\n')
+    bundle = _custom(tmp_path, "package draudit.custom # the bank's own rules\n\n"
+                               'findings contains f if {\n\tinput.period.from_ns > 0\n\tf := {"rule": "custom/x"}\n}\n')
     assert [m.package for m in load_bundle(bundle).modules] == ["draudit.custom"]
     assert _run("policy", "check", str(bundle)).exit_code == 0
 

@@ -292,7 +292,7 @@ def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
     msg = doc.get("message")
     top = {k: v for k, v in doc.items() if k not in _VECTOR_KEYS}
     stamp = doc.get("timestamp")
-    if msg is None and _is_number(stamp) and _is_gelf(top):
+    if msg is None and _is_number(stamp) and _gelf_at_root(top):
         # a GELF line merged at the root (and ``.message`` deleted): Vector writes its own timestamp
         # as RFC 3339 text, so a number there is GELF's, which the merge put over Vector's
         top["timestamp"], stamp = stamp, None
@@ -308,7 +308,7 @@ def vector(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:
                             "application's, the raw line is not kept")
     elif isinstance(msg, (str, dict)):
         env.payload = msg
-    elif _looks_like_app(top, app_keys) or _is_gelf(top):  # GELF's names carry "_": no alias matches them here
+    elif _looks_like_app(top, app_keys) or _gelf_at_root(top):  # GELF's names carry "_": no alias matches them here
         env.payload = top
         env.warnings.append("application fields merged at the root of the Vector event, without a message: "
                             "the raw line is not kept")
@@ -319,9 +319,15 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _is_gelf(obj: dict[str, Any]) -> bool:
-    """GELF 1.1's signature (log-formats §1.4 and §7.3 rule 1: ``version`` "1.1" + ``short_message``)."""
-    return obj.get("version") == "1.1" and isinstance(obj.get("short_message"), str)
+def is_gelf(obj: dict[str, Any]) -> bool:
+    """GELF 1.1's signature (log-formats §1.4 and §7.3 rule 1: ``version`` "1.1" + ``short_message``),
+    ``payloads.detect_format``'s too."""
+    return obj.get("version") == "1.1" and "short_message" in obj
+
+
+def _gelf_at_root(obj: dict[str, Any]) -> bool:
+    """A GELF record merged at the root of an envelope: its signature and a text ``short_message``."""
+    return is_gelf(obj) and isinstance(obj["short_message"], str)
 
 
 def elastic(doc: dict[str, Any], app_keys: frozenset[str]) -> Envelope:

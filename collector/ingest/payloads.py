@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from collector.ingest import timestamps
 from collector.ingest.aliases import AliasTable, gelf_fields
-from collector.ingest.envelopes import Envelope
+from collector.ingest.envelopes import Envelope, is_gelf
 from collector.ingest.jsondoc import flatten
 from collector.ingest.pan import NullMasker, PanMasker, mask_names_in_arrays
 from collector.ingest.record import (CanonicalRecord, OutOfRange, check_event_time_ns, coerce_latency_ms,
@@ -52,7 +52,7 @@ def detect_format(doc: dict[str, Any]) -> str:
         return "spring_ecs_flat"
     if "@version" in doc and ("logger_name" in doc or "level_value" in doc):
         return "logstash"
-    if doc.get("version") == "1.1" and "short_message" in doc:
+    if is_gelf(doc):
         return "gelf"
     return "json"
 
